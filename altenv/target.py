@@ -1,0 +1,38 @@
+"""Target construction: TVM 0.27 wants dict targets with an explicit CPU and core count."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import tvm
+
+
+def host_cpu_target(num_cores: int | None = None) -> tvm.target.Target:
+    """The LLVM target of this host's CPU (``mcpu`` detected, ``num-cores`` set for MetaSchedule)."""
+    cores = num_cores or len(os.sched_getaffinity(0))
+    return tvm.target.Target(
+        {
+            "kind": "llvm",
+            "mtriple": "x86_64-linux-gnu",
+            "mcpu": tvm.target.codegen.llvm_get_system_cpu(),
+            "num-cores": cores,
+        }
+    )
+
+
+def make_target(spec: str | dict[str, Any] | tvm.target.Target | None) -> tvm.target.Target:
+    """Resolve a user's target: ``None``/``"cpu"``/``"llvm"`` is this host, ``"cuda"`` a GPU,
+    a dict is passed to TVM as is."""
+    if spec is None or (isinstance(spec, str) and spec in ("cpu", "llvm", "host")):
+        return host_cpu_target()
+    if isinstance(spec, tvm.target.Target):
+        return spec
+    if isinstance(spec, str) and spec == "cuda":
+        return tvm.target.Target({"kind": "cuda", "arch": "sm_90", "max_threads_per_block": 1024,
+                                  "max_shared_memory_per_block": 49152, "thread_warp_size": 32})
+    if isinstance(spec, dict):
+        return tvm.target.Target(spec)
+    raise ValueError(
+        f"target: unsupported value {spec!r}; allowed: 'cpu' (this host), 'cuda', or a TVM target dict"
+    )
