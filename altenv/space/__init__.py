@@ -1,0 +1,20 @@
+"""Loop space over MetaSchedule design spaces: points, sampling, decoding, moves."""
+
+from altenv.space.loop_space import LoopPoint, LoopSpace
+from altenv.space.subspace import (
+    CategoricalSubspace,
+    ComputeLocationSubspace,
+    DesignSubspace,
+    Subspace,
+    TileSubspace,
+)
+
+__all__ = [
+    "CategoricalSubspace",
+    "ComputeLocationSubspace",
+    "DesignSubspace",
+    "LoopPoint",
+    "LoopSpace",
+    "Subspace",
+    "TileSubspace",
+]

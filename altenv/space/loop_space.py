@@ -1,0 +1,410 @@
+"""The loop space of one task: MetaSchedule design spaces seen as a vector of decisions.
+
+MetaSchedule's ``post-order-apply`` generator with the target's schedule rules gives a
+few design spaces (traces with sampling instructions). A point is the design-space
+index plus one decision per sampling instruction; decoding replays the chosen trace
+with those decisions and runs MetaSchedule's postprocessors. Sampling instructions of
+different design spaces that sample the same thing (same kind, attributes, extent or
+block, and occurrence) share one subspace, so moving between design spaces keeps the
+tiling. What MetaSchedule does not have — the fixed-length vector, directional moves,
+encodings and JSON — is written here.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter, OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import tvm
+import tvm_ffi
+from tvm.s_tir import Schedule
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.schedule import Instruction, Trace
+
+from altenv.space.intrin import tune_context_intrins
+from altenv.space.subspace import (
+    CategoricalSubspace,
+    ComputeLocationSubspace,
+    DesignSubspace,
+    Subspace,
+    TileSubspace,
+    Value,
+)
+
+_TILE, _CATEGORICAL, _LOCATION = "SamplePerfectTile", "SampleCategorical", "SampleComputeLocation"
+_EXPOSED = (_TILE, _CATEGORICAL, _LOCATION)
+
+
+@dataclass(frozen=True)
+class LoopPoint:
+    """A point of a :class:`LoopSpace`: ``values[0] == (design_index,)``, then one tuple
+    of ints per sampling subspace. Hashable, so it can key caches and sets."""
+
+    values: tuple[Value, ...]
+
+    @property
+    def design(self) -> int:
+        """Index of the design space this point decodes with."""
+        return self.values[0][0]
+
+    def replace(self, subspace: int, value: Value) -> LoopPoint:
+        """A copy with one subspace's value changed."""
+        values = list(self.values)
+        values[subspace] = tuple(int(v) for v in value)
+        return LoopPoint(tuple(values))
+
+
+@dataclass(frozen=True)
+class _Design:
+    """One design space: its trace, which subspace each sampling instruction feeds, and
+    the decisions of sampling instructions the space does not expose."""
+
+    insts: tuple[Instruction, ...]
+    slots: tuple[tuple[int, int], ...]  # (instruction index, subspace index), trace order
+    fixed: dict[Instruction, Any]
+
+
+class _Core:
+    """Everything derived from (module, target) once: context, designs, subspaces."""
+
+    def __init__(self, mod: tvm.IRModule, target: tvm.target.Target) -> None:
+        self.mod = mod
+        self.target = target
+        with tune_context_intrins(target):
+            self.context = ms.TuneContext(
+                mod, target=target, space_generator="post-order-apply", task_name="task"
+            )
+        self.postprocs = list(self.context.space_generator.postprocs)
+        spaces = self.context.generate_design_space()
+        if not spaces:
+            raise ValueError("MetaSchedule generated no design space for this task")
+        keys: dict[tuple, int] = {}
+        subspaces: list[Subspace] = [DesignSubspace("design", len(spaces))]
+        defaults: list[Value] = [(0,)]
+        self.designs: list[_Design] = []
+        for sch in spaces:
+            trace = sch.trace
+            insts = tuple(trace.insts)
+            producers = {_rv_key(out): inst for inst in insts for out in inst.outputs}
+            seen: Counter = Counter()
+            slots, fixed = [], {}
+            for i, inst in enumerate(insts):
+                kind = inst.kind.name
+                if kind not in _EXPOSED:
+                    if kind.startswith("Sample"):
+                        fixed[inst] = trace.get_decision(inst)
+                    continue
+                decision = _value_of(kind, trace.get_decision(inst))
+                signature = _signature(inst, decision, producers)
+                seen[signature] += 1
+                key = (signature, seen[signature])
+                if key not in keys:
+                    keys[key] = len(subspaces)
+                    subspaces.append(_make_subspace(inst, signature, len(subspaces), sch))
+                    defaults.append(decision)
+                k = keys[key]
+                if kind == _LOCATION:
+                    subspaces[k] = _widen_location(subspaces[k], sch)
+                slots.append((i, k))
+            self.designs.append(_Design(insts, tuple(slots), fixed))
+        self.subspaces: tuple[Subspace, ...] = tuple(subspaces)
+        self.defaults: tuple[Value, ...] = tuple(defaults)
+
+
+def _rv_key(rv: Any) -> int:
+    """A key for a random variable that survives re-wrapping by the FFI."""
+    return rv.__hash__()
+
+
+def _value_of(kind: str, decision: Any) -> Value:
+    if kind == _TILE:
+        return tuple(int(f) for f in decision)
+    return (int(decision),)
+
+
+def _signature(inst: Instruction, decision: Value, producers: dict[int, Instruction]) -> tuple:
+    kind = inst.kind.name
+    if kind == _TILE:
+        levels, max_innermost = (int(a) for a in inst.attrs[:2])
+        return (kind, levels, max_innermost, int(np.prod(decision)))
+    if kind == _CATEGORICAL:
+        return (kind, tuple(int(c) for c in inst.attrs[0]))
+    producer = producers.get(_rv_key(inst.inputs[0]))
+    if producer is not None and producer.kind.name == "GetSBlock":
+        return (kind, str(producer.attrs[0]))
+    return (kind, producer.kind.name if producer is not None else "")
+
+
+def _max_loop_depth(sch: Schedule) -> int:
+    root = sch.get_sblock("root")
+    return max((len(sch.get_loops(b)) for b in sch.get_child_blocks(root)), default=0)
+
+
+def _make_subspace(inst: Instruction, signature: tuple, index: int, sch: Schedule) -> Subspace:
+    kind = signature[0]
+    name = f"{index}:{kind.removeprefix('Sample')}"
+    if kind == _TILE:
+        _, levels, max_innermost, extent = signature
+        return TileSubspace(name, extent, levels, max_innermost)
+    if kind == _CATEGORICAL:
+        return CategoricalSubspace(name, signature[1])
+    return ComputeLocationSubspace(f"{name}:{signature[1]}", _max_loop_depth(sch))
+
+
+def _widen_location(sub: Subspace, sch: Schedule) -> Subspace:
+    assert isinstance(sub, ComputeLocationSubspace)
+    depth = _max_loop_depth(sch)
+    if depth <= sub.num_loops:
+        return sub
+    return ComputeLocationSubspace(sub.name, depth)
+
+
+_CACHE_LOCK = threading.Lock()
+_CORES: dict[tuple[int, str], list[_Core]] = {}
+
+
+def _core_for(mod: tvm.IRModule, target: tvm.target.Target) -> _Core:
+    key = (tvm_ffi.structural_hash(mod), str(target))
+    with _CACHE_LOCK:
+        for core in _CORES.get(key, []):
+            if tvm_ffi.structural_equal(core.mod, mod):
+                return core
+    core = _Core(mod, target)
+    with _CACHE_LOCK:
+        _CORES.setdefault(key, []).append(core)
+    return core
+
+
+class LoopSpace:
+    """The loop-tuning space of one task PrimFunc on one target.
+
+    Built on MetaSchedule's design-space generation (``post-order-apply`` with the
+    target's schedule rules and postprocessors); structurally equal tasks share the
+    generated spaces, so constructing the space of an already seen layout is cheap.
+
+    Parameters
+    ----------
+    mod : tvm.tirx.PrimFunc | tvm.IRModule
+        The task (a PrimFunc, or an IRModule whose only function is the task).
+    target : tvm.target.Target
+        The target, e.g. ``altenv.target.make_target(None)``.
+    cache_size : int
+        Decoded points kept (schedules and validity) to avoid replaying twice.
+    """
+
+    def __init__(
+        self,
+        mod: tvm.tirx.PrimFunc | tvm.IRModule,
+        target: tvm.target.Target,
+        cache_size: int = 512,
+    ) -> None:
+        if isinstance(mod, tvm.tirx.PrimFunc):
+            mod = tvm.IRModule({"main": mod.with_attr("global_symbol", "main")})
+        self._core = _core_for(mod, target)
+        self._cache_size = cache_size
+        self._decoded: OrderedDict[LoopPoint, Schedule | None] = OrderedDict()
+
+    # ----------------------------------------------------------------- structure
+    @property
+    def mod(self) -> tvm.IRModule:
+        """The task module."""
+        return self._core.mod
+
+    @property
+    def target(self) -> tvm.target.Target:
+        """The target the design spaces were generated for."""
+        return self._core.target
+
+    @property
+    def context(self) -> ms.TuneContext:
+        """MetaSchedule's tuning context of the task (feature extraction needs it)."""
+        return self._core.context
+
+    @property
+    def subspaces(self) -> tuple[Subspace, ...]:
+        """Subspace 0 is the design-space index; then one per sampling instruction."""
+        return self._core.subspaces
+
+    @property
+    def num_designs(self) -> int:
+        """Number of MetaSchedule design spaces."""
+        return len(self._core.designs)
+
+    @property
+    def num_subspaces(self) -> int:
+        """Number of subspaces, the design-space index included."""
+        return len(self._core.subspaces)
+
+    @property
+    def subspace_sizes(self) -> tuple[int, ...]:
+        """Entries of each subspace in the flat point vector (tile levels, or 1)."""
+        return tuple(s.size for s in self._core.subspaces)
+
+    @property
+    def vector_size(self) -> int:
+        """Length of :meth:`to_vector` and :meth:`encode`."""
+        return sum(self.subspace_sizes)
+
+    @property
+    def action_nvec(self) -> np.ndarray:
+        """Directions per subspace: the ``nvec`` of a ``MultiDiscrete`` action space."""
+        return np.array([s.num_directions for s in self._core.subspaces], dtype=np.int64)
+
+    def active(self, point: LoopPoint) -> np.ndarray:
+        """Mask of the subspaces that ``point``'s design space reads (always subspace 0)."""
+        mask = np.zeros(self.num_subspaces, dtype=bool)
+        mask[0] = True
+        for _, k in self._core.designs[point.design].slots:
+            mask[k] = True
+        return mask
+
+    # ----------------------------------------------------------------- sampling
+    def sample(self, n: int, seed: int | np.random.Generator | None = None,
+               max_tries: int = 16) -> list[LoopPoint]:
+        """``n`` valid points drawn by MetaSchedule's own sampling (each design space
+        equally likely); fewer only if ``n * max_tries`` draws give no more."""
+        rng = np.random.default_rng(seed)
+        points: list[LoopPoint] = []
+        for _ in range(n * max_tries):
+            if len(points) == n:
+                break
+            d = int(rng.integers(self.num_designs))
+            design = self._core.designs[d]
+            sch = self._new_schedule(int(rng.integers(1, 1 << 30)))
+            Trace(list(design.insts), dict(design.fixed)).apply_to_schedule(
+                sch, remove_postproc=True)
+            values = list(self._core.defaults)
+            values[0] = (d,)
+            insts = sch.trace.insts
+            for i, k in design.slots:
+                values[k] = _value_of(insts[i].kind.name, sch.trace.get_decision(insts[i]))
+            point = LoopPoint(tuple(values))
+            ok = self._postprocess(sch)
+            self._remember(point, sch if ok else None)
+            if ok:
+                points.append(point)
+        return points
+
+    # ----------------------------------------------------------------- decoding
+    def decode(self, point: LoopPoint) -> Schedule | None:
+        """The schedule of ``point`` (trace replayed, postprocessors applied), or ``None``
+        if the point is invalid. Schedules are cached: treat them as read-only."""
+        if point in self._decoded:
+            self._decoded.move_to_end(point)
+            return self._decoded[point]
+        sch = self._replay(point)
+        self._remember(point, sch)
+        return sch
+
+    def is_valid(self, point: LoopPoint) -> bool:
+        """Whether ``point`` replays to its own decisions and passes the postprocessors."""
+        return self.decode(point) is not None
+
+    def _replay(self, point: LoopPoint) -> Schedule | None:
+        self._check(point)
+        design = self._core.designs[point.design]
+        decisions = dict(design.fixed)
+        for i, k in design.slots:
+            value = point.values[k]
+            decisions[design.insts[i]] = list(value) if len(value) > 1 or isinstance(
+                self._core.subspaces[k], TileSubspace) else value[0]
+        sch = self._new_schedule(1)
+        try:
+            Trace(list(design.insts), decisions).apply_to_schedule(sch, remove_postproc=True)
+        except (tvm.TVMError, ValueError, RuntimeError, IndexError):
+            return None
+        insts = sch.trace.insts
+        for i, k in design.slots:
+            if _value_of(insts[i].kind.name, sch.trace.get_decision(insts[i])) != point.values[k]:
+                return None
+        return sch if self._postprocess(sch) else None
+
+    def _new_schedule(self, seed: int) -> Schedule:
+        return Schedule(self._core.mod, seed=seed, debug_mask="none", error_render_level="none")
+
+    def _postprocess(self, sch: Schedule) -> bool:
+        sch.enter_postproc()
+        return all(p.apply(sch) for p in self._core.postprocs)
+
+    def _remember(self, point: LoopPoint, sch: Schedule | None) -> None:
+        self._decoded[point] = sch
+        self._decoded.move_to_end(point)
+        while len(self._decoded) > self._cache_size:
+            self._decoded.popitem(last=False)
+
+    # ----------------------------------------------------------------- moves
+    def move(self, point: LoopPoint, subspace: int, direction: int) -> LoopPoint:
+        """Walk ``point`` one step along ``direction`` on ``subspace``: the nearest valid
+        neighbour in that direction, or ``point`` itself when there is none."""
+        if direction == 0:
+            return point
+        active = self.active(point)[subspace]
+        for value in self._core.subspaces[subspace].neighbours(point.values[subspace], direction):
+            moved = point.replace(subspace, value)
+            if not active or self.is_valid(moved):
+                return moved
+        return point
+
+    def step(self, point: LoopPoint, directions: Sequence[int]) -> LoopPoint:
+        """Apply one direction per subspace at once (a ``MultiDiscrete`` action). The
+        joint move is tried first; if invalid, the moves are applied one at a time."""
+        if len(directions) != self.num_subspaces:
+            raise ValueError(f"step: {len(directions)} directions for "
+                             f"{self.num_subspaces} subspaces")
+        joint = point
+        for k, d in enumerate(directions):
+            if d:
+                first = next(self._core.subspaces[k].neighbours(point.values[k], int(d)), None)
+                if first is not None:
+                    joint = joint.replace(k, first)
+        if joint == point or self.is_valid(joint):
+            return joint
+        for k, d in enumerate(directions):
+            point = self.move(point, k, int(d))
+        return point
+
+    # ----------------------------------------------------------------- encodings
+    def to_vector(self, point: LoopPoint) -> np.ndarray:
+        """The flat integer vector of a point (length :attr:`vector_size`)."""
+        return np.array([v for value in point.values for v in value], dtype=np.int64)
+
+    def from_vector(self, vector: Sequence[int] | np.ndarray) -> LoopPoint:
+        """Inverse of :meth:`to_vector`."""
+        flat = [int(v) for v in vector]
+        if len(flat) != self.vector_size:
+            raise ValueError(f"from_vector: length {len(flat)}, expected {self.vector_size}")
+        values, at = [], 0
+        for size in self.subspace_sizes:
+            values.append(tuple(flat[at:at + size]))
+            at += size
+        return LoopPoint(tuple(values))
+
+    def encode(self, point: LoopPoint) -> np.ndarray:
+        """Normalized float32 features in [0, 1] (length :attr:`vector_size`) for RL
+        observations: tile factors as log(factor)/log(extent), indices scaled."""
+        feats = [f for sub, value in zip(self._core.subspaces, point.values, strict=True)
+                 for f in sub.encode(value)]
+        return np.asarray(feats, dtype=np.float32)
+
+    def to_json(self, point: LoopPoint) -> dict[str, Any]:
+        """Stable JSON form: ``{"design": d, "decisions": [[...], ...]}`` (one list per
+        subspace after the design index, in subspace order)."""
+        return {"design": point.design, "decisions": [list(v) for v in point.values[1:]]}
+
+    def from_json(self, obj: dict[str, Any]) -> LoopPoint:
+        """Inverse of :meth:`to_json`."""
+        point = LoopPoint(((int(obj["design"]),),
+                           *(tuple(int(x) for x in v) for v in obj["decisions"])))
+        self._check(point)
+        return point
+
+    def _check(self, point: LoopPoint) -> None:
+        sizes = tuple(len(v) for v in point.values)
+        if sizes != self.subspace_sizes or not 0 <= point.design < self.num_designs:
+            raise ValueError(f"point does not belong to this space: sizes {sizes}, "
+                             f"expected {self.subspace_sizes}, design {point.design} "
+                             f"of {self.num_designs}")
