@@ -9,7 +9,7 @@ import tvm
 
 
 def host_cpu_target(num_cores: int | None = None) -> tvm.target.Target:
-    """The LLVM target of this host's CPU (``mcpu`` detected, ``num-cores`` set for MetaSchedule)."""
+    """The LLVM target of this host's CPU (``mcpu`` detected, ``num-cores`` for MetaSchedule)."""
     cores = num_cores or len(os.sched_getaffinity(0))
     return tvm.target.Target(
         {
@@ -34,5 +34,6 @@ def make_target(spec: str | dict[str, Any] | tvm.target.Target | None) -> tvm.ta
     if isinstance(spec, dict):
         return tvm.target.Target(spec)
     raise ValueError(
-        f"target: unsupported value {spec!r}; allowed: 'cpu' (this host), 'cuda', or a TVM target dict"
+        f"target: unsupported value {spec!r}; allowed: 'cpu' (this host), 'cuda', "
+        "or a TVM target dict"
     )

@@ -1,0 +1,212 @@
+"""Tensor-expression generation of an operator under arbitrary layouts (ALT §4.1, §6).
+
+Every tensor is a placeholder of its *physical* shape; each read goes through its
+layout's logical->physical map. The output's loop nest is rebuilt from its physical
+shape: the new loops are the output's physical dims, and the logical indices the body
+needs come from the layout's physical->logical map (``S_Y^-1`` in ALT §6). Epilogues
+(bias add, residual add, relu) are generated in the output's layout so they align with
+the main loop nest for fusion.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import tvm
+from tvm import te, tirx
+
+from ..layout import Layout
+from ..layout.primitives import StoreAt
+from .operators import Operator, operator_for
+from .workload import Workload, parse_workload
+
+EPILOGUES = ("bias", "residual", "relu")
+
+
+def _attached_bias(weight: Layout, op: Operator) -> Layout | None:
+    """The bias layout stored in the weight's layout by ``store_at``, if any."""
+    channels = (op.out_shape()[op.channel_axis],)
+    for p in weight.primitives:
+        if isinstance(p, StoreAt) and p.guest.logical_shape == channels:
+            return p.guest
+    return None
+
+
+def _guard(valid: Any, value: Any, dtype: str) -> Any:
+    return value if valid is None else tirx.if_then_else(valid, value, tirx.const(0, dtype))
+
+
+@dataclass
+class OpProgram:
+    """A generated operator: its PrimFunc, argument order and the layouts it was built with."""
+
+    workload: Workload
+    op: Operator
+    layouts: dict[str, Layout]
+    epilogue: tuple[str, ...]
+    tensors: list[te.Tensor] = field(repr=False)
+    arg_names: list[str]
+
+    @property
+    def bias_in_weight(self) -> bool:
+        """Whether the bias is attached to the weight with ``store_at`` (ALT §4.1.2)."""
+        return _attached_bias(self.layouts["weight"], self.op) is not None
+
+    @property
+    def func(self) -> tvm.tirx.PrimFunc:
+        return te.create_prim_func(self.tensors).with_attr("global_symbol", "main")
+
+    def logical_inputs(self, raw: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The operator's logical inputs from framework inputs (epilogue tensors pass through)."""
+        prepared = self.op.prepare({k: raw[k] for k in ("data", "weight")})
+        prepared.update({k: raw[k] for k in ("bias", "residual") if k in raw})
+        return prepared
+
+    def physical_args(self, raw: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        """Numpy arguments in physical layouts, the output zero-initialised."""
+        logical = self.logical_inputs(raw)
+        args = [self.layouts[n].apply(logical[n], *([logical["bias"]] if n == "weight" and
+                                                     self.bias_in_weight else []))
+                for n in self.arg_names[:-1]]
+        out_layout = self.layouts["out"]
+        return args + [np.zeros(out_layout.shape, dtype=self.op.out_dtype)]
+
+    def reference(self, raw: Mapping[str, np.ndarray]) -> np.ndarray:
+        """The framework's logical result, epilogue included."""
+        out = self.op.reference({k: raw[k] for k in ("data", "weight")})
+        for step in self.epilogue:
+            if step == "bias":
+                shape = [1] * out.ndim
+                shape[self.op.channel_axis] = -1
+                out = out + raw["bias"].reshape(shape)
+            elif step == "residual":
+                out = out + raw["residual"]
+            elif step == "relu":
+                out = np.maximum(out, 0)
+        return out.astype(self.op.out_dtype)
+
+    def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
+        """Random framework inputs for every argument (never zeros)."""
+        raw = self.op.random_raw_inputs(seed)
+        rng = np.random.default_rng(seed + 1)
+        dtype = self.op.out_dtype
+        if "bias" in self.epilogue:
+            channels = self.op.out_shape()[self.op.channel_axis]
+            raw["bias"] = rng.uniform(-1, 1, channels).astype(dtype)
+        if "residual" in self.epilogue:
+            raw["residual"] = rng.uniform(-1, 1, self.op.out_shape()).astype(dtype)
+        return raw
+
+
+def generate(workload: str | Workload, layouts: Mapping[str, Layout] | None = None,
+             epilogue: Sequence[str] = ()) -> OpProgram:
+    """Generate ``workload`` with the given layouts (identity where none is given).
+
+    ``layouts`` maps tensor names (``data``, ``weight``, ``out``, and for epilogues
+    ``bias`` and ``residual``) to :class:`Layout` objects over their logical shapes. The
+    residual shares the output layout unless given. ``epilogue`` is an ordered subset of
+    ``bias``, ``residual``, ``relu``.
+    """
+    wl = parse_workload(workload)
+    op = operator_for(wl)
+    for step in epilogue:
+        if step not in EPILOGUES:
+            raise ValueError(f"epilogue: unknown step {step!r}; allowed: {', '.join(EPILOGUES)}")
+    layouts = dict(layouts or {})
+    shapes = dict(op.input_shapes())
+    shapes["out"] = op.out_shape()
+    if "bias" in epilogue and "weight" in layouts and _attached_bias(layouts["weight"], op):
+        if "bias" in layouts:
+            raise ValueError("layouts: the bias is stored in the weight (store_at); give no "
+                             "separate 'bias' layout")
+    elif "bias" in epilogue:
+        shapes["bias"] = (op.out_shape()[op.channel_axis],)
+    if "residual" in epilogue:
+        shapes["residual"] = op.out_shape()
+        layouts.setdefault("residual", layouts.get("out", Layout(shapes["out"])))
+    unknown = set(layouts) - set(shapes)
+    if unknown:
+        raise ValueError(f"layouts: no tensor named {sorted(unknown)} in {wl.kind}; "
+                         f"tensors: {sorted(shapes)}")
+    for name, shape in shapes.items():
+        names = getattr(op, "names", {}).get(name)
+        layout = layouts.setdefault(name, Layout(shape, names if names and len(names) == len(shape)
+                                                 else None))
+        if layout.logical_shape != tuple(shape):
+            raise ValueError(f"layouts[{name!r}]: logical shape {layout.logical_shape} does not "
+                             f"match the tensor's shape {tuple(shape)} in {wl}")
+
+    holders = {name: te.placeholder(layouts[name].shape, op.dtype, name=name)
+               for name in op.input_shapes()}
+
+    def read(name: str, idx: list[Any]) -> Any:
+        phys, valid = layouts[name].to_physical(idx)
+        return _guard(valid, holders[name][tuple(phys)], holders[name].dtype)
+
+    out_layout = layouts["out"]
+    red = [te.reduce_axis((0, ext), name=n) for n, ext in op.reduce_extents()]
+
+    def main(*phys: Any) -> Any:
+        logical, valid = out_layout.to_logical(list(phys))
+        body = op.body(read, logical, [r.var for r in red])
+        return te.sum(_guard(valid, body, op.out_dtype), axis=red)
+
+    out = te.compute(out_layout.shape, main, name=wl.kind)
+    tensors, names = [holders["data"], holders["weight"]], ["data", "weight"]
+    for step in epilogue:
+        out, extra = _epilogue(step, out, out_layout, layouts, op, holders["weight"])
+        if extra is not None:
+            tensors.append(extra)
+            names.append(step)
+    return OpProgram(wl, op, layouts, tuple(epilogue), tensors + [out], names + ["out"])
+
+
+def _epilogue(step: str, prev: te.Tensor, out_layout: Layout, layouts: dict[str, Layout],
+              op: Operator, weight: te.Tensor) -> tuple[te.Tensor, te.Tensor | None]:
+    """One elementwise stage in the output layout; returns (result, new input or None)."""
+    dtype = op.out_dtype
+    if step == "relu":
+        return te.compute(prev.shape, lambda *p: tirx.max(prev(*p), tirx.const(0, dtype)),
+                          name="relu"), None
+    if step == "residual":
+        res_layout = layouts["residual"]
+        res = te.placeholder(res_layout.shape, dtype, name="residual")
+
+        def add_residual(*p: Any) -> Any:
+            if res_layout == out_layout:
+                return prev(*p) + res(*p)
+            logical, valid = out_layout.to_logical(list(p))
+            phys, rvalid = res_layout.to_physical(logical)
+            return prev(*p) + _guard(rvalid, res[tuple(phys)], dtype)
+
+        return te.compute(prev.shape, add_residual, name="add_residual"), res
+    stored = _attached_bias(layouts["weight"], op) is not None
+    bias = weight if stored else te.placeholder(layouts["bias"].shape, dtype, name="bias")
+
+    def add_bias(*p: Any) -> Any:
+        logical, valid = out_layout.to_logical(list(p))
+        channel = [logical[op.channel_axis]]
+        phys, bvalid = (layouts["weight"].attached_to_physical(channel) if stored
+                        else layouts["bias"].to_physical(channel))
+        value = op.cast(bias[tuple(phys)]) if stored else bias[tuple(phys)]
+        return _guard(valid, prev(*p) + _guard(bvalid, value, dtype), dtype)
+
+    return te.compute(prev.shape, add_bias, name="add_bias"), None if stored else bias
+
+
+def run_numpy(program: OpProgram, raw: Mapping[str, np.ndarray],
+              target: tvm.target.Target | str | None = None,
+              func: tvm.tirx.PrimFunc | tvm.IRModule | None = None) -> np.ndarray:
+    """Compile ``func`` (default: the untransformed program) and run it on framework inputs;
+    returns the logical output (for correctness checks)."""
+    from ..target import make_target
+
+    tgt = make_target(target)
+    dev = tvm.cpu(0) if tgt.kind.name == "llvm" else tvm.device(tgt.kind.name, 0)
+    lib = tvm.compile(func if func is not None else program.func, target=tgt)
+    args = [tvm.runtime.tensor(a, dev) for a in program.physical_args(raw)]
+    lib["main"](*args)
+    return program.layouts["out"].invert(args[-1].numpy())

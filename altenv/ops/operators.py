@@ -1,0 +1,293 @@
+"""Logical definitions of ALT's nine complex operators.
+
+Each operator states its logical tensors (``data``, ``weight`` and ``out``), its
+reduction axes and the body of one output element in terms of a ``read(name, index)``
+callback, so code generation can put any layout under any tensor (``altenv.ops.codegen``).
+It also converts the framework's raw inputs (e.g. an unpadded NCHW image) into the
+operator's logical inputs and computes the framework's reference result with torch.
+
+Convolution ``data`` is the zero-padded input, read through :class:`Window` accesses so an
+``unfold`` layout can keep each window inside one tile (ALT Eq. 1). Transposed
+convolutions are formulated as a gather over the valid kernel taps, so they do no work
+on the zeros of a dilated input.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from tvm import tirx
+
+from ..layout import Window
+from .workload import Workload
+
+Shape = tuple[int, ...]
+Read = Callable[[str, list[Any]], Any]
+
+SPATIAL_NAMES = {1: ("W",), 2: ("H", "W"), 3: ("D", "H", "W")}
+
+
+class Operator:
+    """A complex operator of a concrete :class:`Workload` (subclasses per family)."""
+
+    #: logical dimension names of each tensor, for printing layouts
+    names: dict[str, list[str]]
+
+    def __init__(self, workload: Workload):
+        self.workload = workload
+        self.dtype = workload.dtype
+        self.out_dtype = "int32" if workload.dtype == "int8" else workload.dtype
+
+    # shapes ---------------------------------------------------------------
+    @property
+    def kind(self) -> str:
+        return self.workload.kind
+
+    def input_shapes(self) -> dict[str, Shape]:
+        """Logical shapes of the operator's inputs (``data``, ``weight``)."""
+        raise NotImplementedError
+
+    def out_shape(self) -> Shape:
+        raise NotImplementedError
+
+    def reduce_extents(self) -> list[tuple[str, int]]:
+        raise NotImplementedError
+
+    def raw_shapes(self) -> dict[str, Shape]:
+        """Shapes of the framework's inputs (before :meth:`prepare`)."""
+        return self.input_shapes()
+
+    channel_axis = 1  # the output dim a bias vector runs along
+
+    # semantics ------------------------------------------------------------
+    def body(self, read: Read, out: list[Any], red: list[Any]) -> Any:
+        """One reduction term of output element ``out`` at reduction point ``red``."""
+        raise NotImplementedError
+
+    def prepare(self, raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Framework inputs -> the operator's logical inputs (e.g. zero padding)."""
+        return dict(raw)
+
+    def reference(self, raw: dict[str, np.ndarray]) -> np.ndarray:
+        """The framework's result (torch) on raw inputs."""
+        raise NotImplementedError
+
+    def flops(self) -> int:
+        """Useful multiply-adds times two."""
+        return 2 * math.prod(self.out_shape()) * math.prod(e for _, e in self.reduce_extents())
+
+    def random_raw_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
+        """Random framework inputs (never zeros)."""
+        rng = np.random.default_rng(seed)
+        out = {}
+        for name, shape in self.raw_shapes().items():
+            if self.dtype == "int8":
+                out[name] = rng.integers(-8, 8, size=shape, dtype=np.int8)
+            else:
+                out[name] = rng.uniform(-1.0, 1.0, size=shape).astype(self.dtype)
+        return out
+
+    def cast(self, value: Any) -> Any:
+        """Promote a read to the accumulation type."""
+        return value.astype(self.out_dtype) if self.out_dtype != self.dtype else value
+
+
+def _torch(x: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.asarray(x, dtype=np.float64))
+
+
+def _to_out(self: Operator, result: torch.Tensor) -> np.ndarray:
+    return result.numpy().astype(self.out_dtype)
+
+
+class Conv(Operator):
+    """N-D grouped convolution (c1d, c2d, c3d, grp, dep, dil)."""
+
+    def __init__(self, workload: Workload):
+        super().__init__(workload)
+        p = workload.params
+        self.rank = {"c1d": 1, "c3d": 3}.get(workload.kind, 2)
+        if workload.kind == "dep":
+            self.I = self.O = self.groups = p["C"]
+        else:
+            self.I, self.O, self.groups = p["I"], p["O"], p.get("groups", 1)
+        self.N, self.stride, self.pad, self.dilation = p["N"], p["stride"], p["pad"], p["dilation"]
+        sp = SPATIAL_NAMES[self.rank]
+        self.spatial = tuple(p[s] for s in sp)
+        self.kernel = tuple(p["K" + s] for s in sp)
+        if self.I % self.groups or self.O % self.groups:
+            raise ValueError(f"workload {workload}: groups={self.groups} must divide I={self.I} "
+                             f"and O={self.O}")
+        if any(o < 1 for o in self.out_spatial):
+            raise ValueError(f"workload {workload}: the kernel does not fit the padded input")
+        self.names = {"data": ["N", "I", *sp], "weight": ["O", "I", *("K" + s for s in sp)],
+                      "out": ["N", "O", *sp]}
+
+    @property
+    def windows(self) -> tuple[int, ...]:
+        """Extent of one window per spatial dim, ``dilation * (K - 1) + 1``."""
+        return tuple(self.dilation * (k - 1) + 1 for k in self.kernel)
+
+    @property
+    def out_spatial(self) -> tuple[int, ...]:
+        return tuple((s + 2 * self.pad - w) // self.stride + 1
+                     for s, w in zip(self.spatial, self.windows))
+
+    def input_shapes(self) -> dict[str, Shape]:
+        padded = tuple(s + 2 * self.pad for s in self.spatial)
+        return {"data": (self.N, self.I) + padded,
+                "weight": (self.O, self.I // self.groups) + self.kernel}
+
+    def raw_shapes(self) -> dict[str, Shape]:
+        return {"data": (self.N, self.I) + self.spatial,
+                "weight": (self.O, self.I // self.groups) + self.kernel}
+
+    def out_shape(self) -> Shape:
+        return (self.N, self.O) + self.out_spatial
+
+    def reduce_extents(self) -> list[tuple[str, int]]:
+        return [("rc", self.I // self.groups)] + [(f"r{s.lower()}", k) for s, k in
+                                                  zip(SPATIAL_NAMES[self.rank], self.kernel)]
+
+    def body(self, read: Read, out: list[Any], red: list[Any]) -> Any:
+        n, o, *xs = out
+        rc, *rs = red
+        in_per_group, out_per_group = self.I // self.groups, self.O // self.groups
+        channel = rc if self.groups == 1 else (o // out_per_group) * in_per_group + rc
+        wins = [Window(x, r * self.dilation if self.dilation != 1 else r, self.stride, w)
+                for x, r, w in zip(xs, rs, self.windows)]
+        data = self.cast(read("data", [n, channel] + wins))
+        return data * self.cast(read("weight", [o, rc] + rs))
+
+    def prepare(self, raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        pads = [(0, 0), (0, 0)] + [(self.pad, self.pad)] * self.rank
+        return {"data": np.pad(raw["data"], pads), "weight": raw["weight"]}
+
+    def reference(self, raw: dict[str, np.ndarray]) -> np.ndarray:
+        fn = {1: torch.nn.functional.conv1d, 2: torch.nn.functional.conv2d,
+              3: torch.nn.functional.conv3d}[self.rank]
+        res = fn(_torch(raw["data"]), _torch(raw["weight"]), stride=self.stride, padding=self.pad,
+                 dilation=self.dilation, groups=self.groups)
+        return _to_out(self, res)
+
+
+class TransposedConv(Operator):
+    """N-D transposed convolution (t2d, t3d) as a gather over valid taps.
+
+    ``out[y] = sum_{i, kq} data[(y + pad) // s - kq] * weight[i, o, (y + pad) % s + s * kq]``
+    with ``kq < ceil(K / s)``: each output reads only the kernel taps that land on it.
+    """
+
+    def __init__(self, workload: Workload):
+        super().__init__(workload)
+        p = workload.params
+        self.rank = 3 if workload.kind == "t3d" else 2
+        sp = SPATIAL_NAMES[self.rank]
+        self.N, self.I, self.O = p["N"], p["I"], p["O"]
+        self.stride, self.pad = p["stride"], p["pad"]
+        self.spatial = tuple(p[s] for s in sp)
+        self.kernel = tuple(p["K" + s] for s in sp)
+        if any(o < 1 for o in self.out_spatial):
+            raise ValueError(f"workload {workload}: pad={self.pad} leaves no output")
+        self.names = {"data": ["N", "I", *sp], "weight": ["I", "O", *("K" + s for s in sp)],
+                      "out": ["N", "O", *sp]}
+
+    @property
+    def out_spatial(self) -> tuple[int, ...]:
+        return tuple((s - 1) * self.stride - 2 * self.pad + k
+                     for s, k in zip(self.spatial, self.kernel))
+
+    @property
+    def taps(self) -> tuple[int, ...]:
+        """Kernel taps per output phase, ``ceil(K / stride)``."""
+        return tuple(-(-k // self.stride) for k in self.kernel)
+
+    def _halo(self) -> list[tuple[int, int]]:
+        """Zero rows needed before/after each spatial input dim so every gather is in range."""
+        halo = []
+        for s, q, o in zip(self.spatial, self.taps, self.out_spatial):
+            before = max(0, q - 1 - self.pad // self.stride)
+            after = max(0, (o - 1 + self.pad) // self.stride - (s - 1))
+            halo.append((before, after))
+        return halo
+
+    def input_shapes(self) -> dict[str, Shape]:
+        padded = tuple(s + b + a for s, (b, a) in zip(self.spatial, self._halo()))
+        return {"data": (self.N, self.I) + padded, "weight": (self.I, self.O) + self.kernel}
+
+    def raw_shapes(self) -> dict[str, Shape]:
+        return {"data": (self.N, self.I) + self.spatial, "weight": (self.I, self.O) + self.kernel}
+
+    def out_shape(self) -> Shape:
+        return (self.N, self.O) + self.out_spatial
+
+    def reduce_extents(self) -> list[tuple[str, int]]:
+        return [("rc", self.I)] + [(f"r{s.lower()}", q) for s, q in
+                                   zip(SPATIAL_NAMES[self.rank], self.taps)]
+
+    def flops(self) -> int:
+        return 2 * self.N * self.I * self.O * math.prod(self.spatial) * math.prod(self.kernel)
+
+    def body(self, read: Read, out: list[Any], red: list[Any]) -> Any:
+        n, o, *ys = out
+        rc, *kqs = red
+        rows, taps, conds = [], [], []
+        for y, kq, k, (before, _) in zip(ys, kqs, self.kernel, self._halo()):
+            rows.append((y + self.pad) // self.stride - kq + before)
+            tap = (y + self.pad) % self.stride + self.stride * kq
+            taps.append(tap)
+            if k % self.stride:
+                conds.append(tap < k)
+        term = self.cast(read("data", [n, rc] + rows)) * self.cast(read("weight", [rc, o] + taps))
+        if conds:
+            term = tirx.if_then_else(tirx.all(*conds), term, tirx.const(0, self.out_dtype))
+        return term
+
+    def prepare(self, raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {"data": np.pad(raw["data"], [(0, 0), (0, 0)] + self._halo()),
+                "weight": raw["weight"]}
+
+    def reference(self, raw: dict[str, np.ndarray]) -> np.ndarray:
+        fn = torch.nn.functional.conv_transpose3d if self.rank == 3 else \
+            torch.nn.functional.conv_transpose2d
+        res = fn(_torch(raw["data"]), _torch(raw["weight"]), stride=self.stride, padding=self.pad)
+        return _to_out(self, res)
+
+
+class MatMul(Operator):
+    """GMM ``out[M, N] = data[M, K] @ weight[K, N]``."""
+
+    channel_axis = 1
+    names = {"data": ["M", "K"], "weight": ["K", "N"], "out": ["M", "N"]}
+
+    def input_shapes(self) -> dict[str, Shape]:
+        p = self.workload.params
+        return {"data": (p["M"], p["K"]), "weight": (p["K"], p["N"])}
+
+    def out_shape(self) -> Shape:
+        return (self.workload["M"], self.workload["N"])
+
+    def reduce_extents(self) -> list[tuple[str, int]]:
+        return [("rk", self.workload["K"])]
+
+    def body(self, read: Read, out: list[Any], red: list[Any]) -> Any:
+        (m, n), (k,) = out, red
+        return self.cast(read("data", [m, k])) * self.cast(read("weight", [k, n]))
+
+    def reference(self, raw: dict[str, np.ndarray]) -> np.ndarray:
+        return _to_out(self, _torch(raw["data"]) @ _torch(raw["weight"]))
+
+
+_FAMILIES: dict[str, type[Operator]] = {
+    "c1d": Conv, "c2d": Conv, "c3d": Conv, "grp": Conv, "dep": Conv, "dil": Conv,
+    "t2d": TransposedConv, "t3d": TransposedConv, "gmm": MatMul,
+}
+
+
+def operator_for(workload: Workload) -> Operator:
+    """The :class:`Operator` of a parsed workload (validates the shape)."""
+    return _FAMILIES[workload.kind](workload)

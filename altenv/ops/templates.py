@@ -1,0 +1,216 @@
+"""ALT's layout tuning templates (§5.1): tiling factors -> the layouts of an operator.
+
+Convolutions: output ``N H/ht W/wt O/ot ht wt ot``; input unfolded so each output tile
+reads one overlapped input tile, ``N H/ht W/wt I/it (ht+KH-1) (wt+KW-1) it`` (with stride
+and dilation folded into the tile size); weight ``O/ot' I/it' KH KW it' ot'`` — six
+tunables for C2D (``ht wt ot it it_w ot_w``). GMM: ``M/mt N/nt mt nt``,
+``M/mt K/kt mt kt``, ``K/kt N/nt kt nt`` — three tunables. Transposed convolutions read
+their input through a gather, not a window, so their input template tiles channels only.
+Multi-level templates (``levels=2``) tile the output and weight dims twice, as
+``N H/(ht'ht) W/(wt'wt) O/(ot'ot) ht' wt' ot' ht wt ot``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from ..layout import Layout
+from .operators import SPATIAL_NAMES, Conv, MatMul, Operator, TransposedConv, operator_for
+from .workload import Workload, parse_workload
+
+SPATIAL = SPATIAL_NAMES[3]
+
+
+def divisors(n: int) -> list[int]:
+    """Sorted divisors of ``n``."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def nearest_divisor(n: int, x: float) -> int:
+    """ALT's ``R(.)``: the divisor of ``n`` closest to ``x`` (ties to the smaller)."""
+    return min(divisors(n), key=lambda d: (abs(d - x), d))
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One tunable split factor: the tile size of ``dim`` (logical size ``extent``) at ``level``
+    (0 = innermost)."""
+
+    name: str
+    dim: str
+    extent: int
+    level: int = 0
+
+
+class LayoutTemplate:
+    """The layout template of one operator.
+
+    Parameters
+    ----------
+    workload:
+        A spec string or :class:`Workload`.
+    levels:
+        Tiling levels of the output and weight dims (ALT's one- and multi-level templates).
+    """
+
+    def __init__(self, workload: str | Workload, levels: int = 1):
+        if levels < 1:
+            raise ValueError(f"levels must be >= 1, got {levels}")
+        self.workload = parse_workload(workload)
+        self.op: Operator = operator_for(self.workload)
+        self.levels = levels
+        self.knobs: list[Knob] = self._knobs()
+
+    # knobs ----------------------------------------------------------------
+    def _dims(self) -> list[tuple[str, str, int, int]]:
+        """(knob base name, logical dim label, extent, levels) of every tunable dim."""
+        op, L = self.op, self.levels
+        if isinstance(op, MatMul):
+            p = self.workload.params
+            return [("mt", "M", p["M"], 1), ("nt", "N", p["N"], 1), ("kt", "K", p["K"], 1)]
+        spatial = [(s.lower() + "t", s, e, L) for s, e in
+                   zip(op.names["out"][2:], op.out_spatial)]
+        I, O = op.I, op.O
+        in_weight = I // op.groups if isinstance(op, Conv) else I
+        return spatial + [("ot", "O", O, L), ("it", "I", I, 1), ("it_w", "I", in_weight, L),
+                          ("ot_w", "O", O, L)]
+
+    def _knobs(self) -> list[Knob]:
+        knobs = []
+        for base, dim, extent, levels in self._dims():
+            for level in range(levels):
+                knobs.append(Knob(base if level == 0 else f"{base}{level}", dim, extent, level))
+        return knobs
+
+    @property
+    def knob_names(self) -> list[str]:
+        return [k.name for k in self.knobs]
+
+    def default_factors(self) -> dict[str, int]:
+        """Untiled layouts: channel tiles 1 and whole spatial tiles (physically NCHW/MKN)."""
+        spatial = {s.lower() + "t" for s in SPATIAL}
+        return {k.name: k.extent if k.level == 0 and k.name in spatial else 1 for k in self.knobs}
+
+    def factors_from_actions(self, actions: Sequence[float]) -> dict[str, int]:
+        """ALT Eq. 2: action ``a`` in (0, 1) gives factor ``R(D * a)`` for each knob, in
+        order; a multi-level dim's later levels split what the earlier ones left."""
+        if len(actions) != len(self.knobs):
+            raise ValueError(f"expected {len(self.knobs)} actions ({self.knob_names}), "
+                             f"got {len(actions)}")
+        out: dict[str, int] = {}
+        left: dict[str, int] = {}
+        for knob, a in zip(self.knobs, actions):
+            key = knob.name.rstrip("0123456789")
+            rest = left.get(key, knob.extent)
+            f = nearest_divisor(rest, rest * min(max(float(a), 0.0), 1.0))
+            out[knob.name] = f
+            left[key] = rest // f
+        return out
+
+    def _tiles(self, factors: Mapping[str, int], base: str) -> list[int]:
+        """Tile sizes of one dim, innermost level first."""
+        return [int(factors[k.name]) for k in self.knobs if k.name.rstrip("0123456789") == base]
+
+    def check(self, factors: Mapping[str, int]) -> None:
+        missing = [n for n in self.knob_names if n not in factors]
+        extra = [n for n in factors if n not in self.knob_names]
+        if missing or extra:
+            raise ValueError(f"template factors for {self.workload.kind}: missing {missing}, "
+                             f"unknown {extra}; knobs: {self.knob_names}")
+        for base, dim, extent, _ in self._dims():
+            tiles = self._tiles(factors, base)
+            if any(t < 1 for t in tiles) or extent % math.prod(tiles):
+                raise ValueError(f"template factor {base}={tiles} must divide {dim}={extent} "
+                                 f"(choices: {divisors(extent)})")
+
+    # layouts --------------------------------------------------------------
+    def layouts(self, factors: Mapping[str, int] | None = None) -> dict[str, Layout]:
+        """The layouts of ``data``, ``weight`` and ``out`` for template ``factors``."""
+        factors = dict(self.default_factors() if factors is None else factors)
+        self.check(factors)
+        shapes = self.op.input_shapes()
+        names = self.op.names
+        if isinstance(self.op, MatMul):
+            mt, nt, kt = factors["mt"], factors["nt"], factors["kt"]
+            return {
+                "out": _tile(Layout(self.op.out_shape(), names["out"]), [[mt], [nt]]),
+                "data": _tile(Layout(shapes["data"], names["data"]), [[mt], [kt]]),
+                "weight": _tile(Layout(shapes["weight"], names["weight"]), [[kt], [nt]]),
+            }
+        op = self.op
+        spatial = [self._tiles(factors, s.lower() + "t") for s in names["out"][2:]]
+        ot, it = self._tiles(factors, "ot"), self._tiles(factors, "it")
+        it_w, ot_w = self._tiles(factors, "it_w"), self._tiles(factors, "ot_w")
+        # out: N S.../T O/ot | tiles ... (channel last at each level)
+        out = _tile(Layout(op.out_shape(), names["out"]), [[1]] + [ot] + spatial,
+                    order=[0] + list(range(2, 2 + len(spatial))) + [1])
+        # weight: O I K... -> O/ot' I/it' K... it' ot'
+        rank = len(spatial)
+        weight = Layout(shapes["weight"], names["weight"])
+        if isinstance(op, TransposedConv):  # weight is I O K...
+            weight = _tile(weight, [it_w, ot_w] + [[1]] * rank,
+                           order=list(range(rank + 2)), inner_order=[0, 1])
+        else:
+            weight = _tile(weight, [ot_w, it_w] + [[1]] * rank,
+                           order=[0, 1] + list(range(2, rank + 2)), inner_order=[1, 0])
+        data = Layout(shapes["data"], names["data"])
+        if isinstance(op, Conv):
+            data = _unfold_input(data, op, [math.prod(t) for t in spatial], it[0])
+        else:
+            data = _tile(data, [[1], it] + [[1]] * rank, order=[0, 1] + list(range(2, rank + 2)))
+        return {"out": out, "data": data, "weight": weight}
+
+
+def _tile(layout: Layout, tiles: list[list[int]], order: list[int] | None = None,
+          inner_order: list[int] | None = None) -> Layout:
+    """Split every dim ``d`` into ``[outer, t_L, ..., t_0]`` (tiles innermost first) and order
+    all outer parts (by ``order``), then each level's tiles (outermost level first).
+
+    ``inner_order`` orders the dims inside each tile level (default: ``order`` without the
+    dims that have no tiles at that level). Dims whose tiles are all 1 keep a single part.
+    """
+    rank = len(tiles)
+    order = list(range(rank)) if order is None else order
+    parts: list[list[int]] = []  # physical positions of each dim's parts: outer, level L.., 0
+    pos = 0
+    for d in range(rank):
+        levels = [t for t in reversed(tiles[d])] if any(t > 1 for t in tiles[d]) else []
+        if levels:
+            outer = layout.shape[pos] // math.prod(levels)
+            layout = layout.split(pos, [outer] + levels)
+        parts.append(list(range(pos, pos + 1 + len(levels))))
+        pos += 1 + len(levels)
+    depth = max(len(p) for p in parts) - 1  # tile levels of the deepest dim
+    inner = order if inner_order is None else inner_order
+    perm = [parts[d][0] for d in order]
+    for level in reversed(range(depth)):  # innermost tiles (level 0) last for every dim
+        perm += [parts[d][-1 - level] for d in inner if len(parts[d]) - 1 > level]
+    return layout.reorder(perm) if perm != sorted(perm) else layout
+
+
+def _unfold_input(data: Layout, op: Conv, out_tiles: list[int], it: int) -> Layout:
+    """``N S.../T I/it (tile windows)... it``: overlapped tiles matching the output tiles.
+
+    A spatial dim whose output tile is the whole output is left as it is (one tile)."""
+    outer, inner = [], []
+    pos = 2
+    for j, tile in enumerate(out_tiles):
+        if tile == op.out_spatial[j]:
+            inner.append(pos)
+            pos += 1
+            continue
+        size = (tile - 1) * op.stride + op.windows[j]
+        data = data.unfold(pos, size, tile * op.stride)
+        outer.append(pos)
+        inner.append(pos + 1)
+        pos += 2
+    chan = [1]
+    if it > 1:
+        data = data.split(1, [-1, it])
+        outer, inner = [p + 1 for p in outer], [p + 1 for p in inner]
+        chan = [1, 2]
+    perm = [0] + outer + chan[:1] + inner + chan[1:]
+    return data.reorder(perm) if perm != sorted(perm) else data

@@ -1,0 +1,153 @@
+"""The nine operators under default, template and random layouts, compiled by TVM and
+checked against torch on random inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from altenv.layout import Layout, random_layout
+from altenv.ops import KINDS, LayoutTemplate, generate, parse_workload, run_numpy
+
+SPECS = {
+    "c1d": ["c1d:N=1,I=4,O=8,W=16,KW=3,stride=1,pad=1", "c1d:N=2,I=3,O=4,W=15,KW=5,stride=2"],
+    "c2d": ["c2d:N=1,I=8,O=16,H=10,W=10,KH=3,KW=3,stride=1,pad=1",
+            "c2d:N=1,I=3,O=8,H=23,W=23,KH=7,KW=7,stride=2"],
+    "c3d": ["c3d:N=1,I=4,O=8,D=6,H=6,W=6,KD=3,KH=3,KW=3,stride=1,pad=1"],
+    "grp": ["grp:N=1,I=8,O=8,groups=2,H=8,W=8,KH=3,KW=3,pad=1"],
+    "dep": ["dep:N=1,C=8,H=10,W=10,KH=3,KW=3,stride=2,pad=1",
+            "dep:N=1,C=6,H=9,W=9,KH=3,KW=3,stride=1,pad=1"],
+    "dil": ["dil:N=1,I=4,O=8,H=12,W=12,KH=3,KW=3,pad=2"],
+    "gmm": ["gmm:M=16,N=24,K=8", "gmm:M=12,N=20,K=18"],
+    "t2d": ["t2d:N=1,I=4,O=6,H=5,W=5,KH=3,KW=3,stride=2,pad=1",
+            "t2d:N=1,I=4,O=6,H=5,W=5,KH=4,KW=4,stride=2,pad=1"],
+    "t3d": ["t3d:N=1,I=4,O=4,D=3,H=4,W=4,KD=3,KH=3,KW=3,stride=2"],
+}
+ALL = [s for kind in KINDS for s in SPECS[kind]]
+
+
+def check(program, seed=0):
+    raw = program.random_inputs(seed)
+    out = run_numpy(program, raw)
+    ref = program.reference(raw)
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_every_kind_is_covered():
+    assert set(SPECS) == set(KINDS)
+
+
+@pytest.mark.parametrize("spec", ALL)
+def test_default_layout(spec):
+    check(generate(spec, epilogue=("bias", "relu")))
+
+
+@pytest.mark.parametrize("levels", [1, 2])
+@pytest.mark.parametrize("spec", ALL)
+def test_template_layouts(spec, levels):
+    template = LayoutTemplate(spec, levels=levels)
+    rng = np.random.default_rng(hash(spec) % 1000 + levels)
+    factors = template.factors_from_actions(rng.uniform(0, 1, len(template.knobs)))
+    layouts = template.layouts(factors)
+    check(generate(spec, layouts, epilogue=("bias", "residual", "relu")), seed=levels)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("spec", ALL)
+def test_random_legal_layouts(spec, seed):
+    program = generate(spec)
+    rng = np.random.default_rng(seed)
+    layouts = {name: random_layout(layout.logical_shape, rng, steps=4)
+               for name, layout in program.layouts.items()}
+    check(generate(spec, layouts, epilogue=("bias",)), seed=seed)
+
+
+def test_c2d_template_matches_alt():
+    """ALT §5.1: six tunables; N H/ht W/wt O/ot ht wt ot and the overlapped input tiles."""
+    spec = "c2d:N=1,I=16,O=32,H=8,W=8,KH=3,KW=3,pad=1"
+    template = LayoutTemplate(spec)
+    assert template.knob_names == ["ht", "wt", "ot", "it", "it_w", "ot_w"]
+    layouts = template.layouts({"ht": 4, "wt": 2, "ot": 8, "it": 4, "it_w": 2, "ot_w": 16})
+    assert layouts["out"].shape == (1, 2, 4, 4, 4, 2, 8)
+    # input: N H/ht W/wt I/it (ht+KH-1) (wt+KW-1) it
+    assert layouts["data"].shape == (1, 2, 4, 4, 6, 4, 4)
+    # weight: O/ot' I/it' KH KW it' ot'
+    assert layouts["weight"].shape == (2, 8, 3, 3, 2, 16)
+    assert LayoutTemplate("gmm:M=8,N=8,K=8").knob_names == ["mt", "nt", "kt"]
+
+
+def test_template_factors_must_divide():
+    template = LayoutTemplate("gmm:M=12,N=8,K=8")
+    message = r"mt=\[5\] must divide M=12 \(choices: \[1, 2, 3, 4, 6, 12\]\)"
+    with pytest.raises(ValueError, match=message):
+        template.layouts({"mt": 5, "nt": 1, "kt": 1})
+
+
+def test_split_actor_rounds_to_divisors():
+    """ALT Eq. 2: F = R(D * a); O=32, a=0.5 gives 16."""
+    template = LayoutTemplate("gmm:M=32,N=30,K=6")
+    assert template.factors_from_actions([0.5, 0.5, 0.5]) == {"mt": 16, "nt": 15, "kt": 3}
+
+
+def test_bias_stored_in_weight():
+    """store_at: the bias rides in the weight tensor, read by the epilogue from there."""
+    weight = Layout((8, 24), "KN").store_at(Layout((24,), "N"), 0).split(1, [-1, 8])
+    program = generate("gmm:M=16,N=24,K=8", {"weight": weight.reorder([1, 0, 2])},
+                       epilogue=("bias", "relu"))
+    assert program.arg_names == ["data", "weight", "out"]
+    check(program)
+
+
+def test_residual_in_its_own_layout():
+    spec = "c2d:N=1,I=4,O=8,H=6,W=6,KH=3,KW=3,pad=1"
+    out = Layout((1, 8, 6, 6)).split(1, [-1, 4]).reorder([0, 1, 3, 4, 2])
+    residual = Layout((1, 8, 6, 6)).reorder([0, 2, 3, 1])
+    check(generate(spec, {"out": out, "residual": residual}, epilogue=("residual", "relu")))
+
+
+def test_int8_accumulates_in_int32():
+    program = generate("gmm:M=8,N=16,K=32,dtype=int8")
+    assert program.op.out_dtype == "int32"
+    check(program)
+
+
+def test_transposed_conv_does_no_wasted_work():
+    from altenv.ops import operator_for
+
+    op = operator_for(parse_workload("t2d:N=1,I=4,O=4,H=8,W=8,KH=4,KW=4,stride=2,pad=1"))
+    # the reduction runs over ceil(K / stride) taps per dim, not K
+    assert [e for _, e in op.reduce_extents()] == [4, 2, 2]
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("c4d:N=1", "unknown operator 'c4d'; allowed: c1d, c2d"),
+    ("c2d:N=1,I=3,O=8,H=8,W=8,KH=3", "missing KW; keys for c2d: I, O, H, W, KH, KW"),
+    ("c2d:N=1,I=3,O=8,H=8,W=8,KH=3,KW=3,bogus=2", "bad item 'bogus=2'; keys for c2d"),
+    ("gmm:M=8,N=8,K=x", "K='x' is not an integer"),
+    ("gmm:M=8,N=8,K=8,dtype=float64", "dtype 'float64' not in"),
+    ("grp:I=6,O=8,groups=4,H=8,W=8,KH=3,KW=3", "groups=4 must divide I=6 and O=8"),
+    ("c2d:I=3,O=8,H=2,W=2,KH=3,KW=3", "does not fit"),
+    ("dep", "no parameters; keys for dep: C, H, W, KH, KW"),
+])
+def test_bad_specs_name_the_keys(spec, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        parse_workload(spec)
+
+
+def test_spec_round_trip():
+    spec = "c2d:N=1,I=64,H=56,W=56,O=64,KH=3,KW=3,stride=1,pad=1"
+    wl = parse_workload(spec)
+    assert str(wl) == "c2d:N=1,I=64,O=64,H=56,W=56,KH=3,KW=3,stride=1,pad=1,dilation=1"
+    assert parse_workload(str(wl)) == wl
+    dep = parse_workload("dep:C=32,H=112,W=112,KH=3,KW=3,stride=1,pad=1")
+    assert str(dep).startswith("dep:N=1,C=32")
+    assert str(parse_workload("gmm:M=8,N=8,K=8,dtype=int8")) == "gmm:M=8,N=8,K=8,dtype=int8"
+
+
+def test_bad_layout_names_and_shapes():
+    with pytest.raises(ValueError, match="no tensor named \\['bias'\\]"):
+        generate("gmm:M=8,N=8,K=8", {"bias": Layout((8,))})
+    with pytest.raises(ValueError, match="does not match the tensor's shape"):
+        generate("gmm:M=8,N=8,K=8", {"data": Layout((8, 9))})
+    with pytest.raises(ValueError, match="unknown step 'gelu'"):
+        generate("gmm:M=8,N=8,K=8", epilogue=("gelu",))
