@@ -1,0 +1,1 @@
+"""Search strategies (agents) that drive the altenv environments."""

@@ -1,0 +1,1 @@
+"""Gymnasium environments of altenv; importing this package registers their ids."""
