@@ -1,0 +1,119 @@
+"""Optional correctness check of measured candidates against a numpy reference.
+
+The check runs inside the runner's worker process (local or the RPC client worker), right
+before timing, so a crashing candidate still only kills that worker. Inputs are random
+and never zero; outputs are pre-filled with random values too, so a kernel that skips a
+write is caught.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import tvm
+from tvm.s_tir.meta_schedule.runner.utils import run_evaluator_common
+
+
+class WrongResultError(RuntimeError):
+    """A candidate's output differs from the reference."""
+
+
+def random_array(rng: np.random.Generator, shape: Sequence[int], dtype: str) -> np.ndarray:
+    """Random values bounded away from zero: magnitude in [0.5, 1.5) (ints 1..4), random sign."""
+    sign = rng.choice(np.array([-1, 1]), size=tuple(shape))
+    if np.issubdtype(np.dtype(dtype), np.integer):
+        return (rng.integers(1, 5, size=tuple(shape)) * sign).astype(dtype)
+    return (rng.uniform(0.5, 1.5, size=tuple(shape)) * sign).astype(dtype)
+
+
+def max_relative_error(actual: np.ndarray, expected: np.ndarray) -> float:
+    """Largest absolute difference, relative to the largest reference magnitude."""
+    scale = max(float(np.max(np.abs(expected))), np.finfo(np.float64).tiny)
+    diff = np.abs(actual.astype(np.float64) - expected.astype(np.float64))
+    return float(np.max(diff)) / scale if diff.size else 0.0
+
+
+class CorrectnessCheck:
+    """Compare a candidate's outputs with ``reference`` on random inputs.
+
+    Parameters
+    ----------
+    reference : Callable[..., np.ndarray | tuple[np.ndarray, ...]]
+        Called with the input arrays (the function's parameters except the last
+        ``num_outputs``); returns the expected output(s).
+    num_outputs : int
+        How many trailing parameters of the PrimFunc are outputs.
+    rtol : float
+        Tolerance on :func:`max_relative_error`.
+    seed : int
+        Seed of the random inputs.
+    """
+
+    def __init__(
+        self,
+        reference: Callable[..., Any],
+        num_outputs: int = 1,
+        rtol: float = 1e-3,
+        seed: int = 0,
+    ) -> None:
+        self.reference = reference
+        self.num_outputs = num_outputs
+        self.rtol = rtol
+        self.seed = seed
+        self._dir = tempfile.TemporaryDirectory(prefix="altenv-check-")
+        self._files: dict[tuple[tuple[str, tuple[int, ...]], ...], str] = {}
+
+    def data_file(self, args: Sequence[tuple[str, Sequence[int]]]) -> str:
+        """The ``.npz`` holding inputs, initial outputs and expected outputs for these
+        ``(dtype, shape)`` parameters; computed once per signature."""
+        sig = tuple((dtype, tuple(int(d) for d in shape)) for dtype, shape in args)
+        if sig not in self._files:
+            rng = np.random.default_rng(self.seed)
+            arrays = [random_array(rng, shape, dtype) for dtype, shape in sig]
+            first_out = len(arrays) - self.num_outputs
+            expected = self.reference(*arrays[:first_out])
+            if isinstance(expected, np.ndarray):
+                expected = (expected,)
+            if len(expected) != self.num_outputs:
+                raise ValueError(f"reference returned {len(expected)} outputs, "
+                                 f"expected {self.num_outputs}")
+            payload = {f"arg{i}": a for i, a in enumerate(arrays)}
+            for i, exp in enumerate(expected):
+                payload[f"expected{first_out + i}"] = np.asarray(exp, dtype=sig[first_out + i][0])
+            path = os.path.join(self._dir.name, f"check{len(self._files)}.npz")
+            np.savez(path, **payload)
+            self._files[sig] = path
+        return self._files[sig]
+
+    def evaluator(self, args: Sequence[tuple[str, Sequence[int]]], rpc: bool) -> CheckedEvaluator:
+        """A runner ``f_run_evaluator`` that checks before it times."""
+        return CheckedEvaluator(self.data_file(args), self.rtol, rpc)
+
+
+class CheckedEvaluator:
+    """MetaSchedule ``f_run_evaluator`` (local or RPC signature): run once on the stored
+    inputs, raise :class:`WrongResultError` on a mismatch, else time as MetaSchedule does."""
+
+    def __init__(self, data_file: str, rtol: float, rpc: bool) -> None:
+        self.data_file = data_file
+        self.rtol = rtol
+        self.rpc = rpc
+
+    def __call__(self, *args: Any) -> list[float]:
+        rt_mod, device, evaluator_config, repeated_args = args[1:] if self.rpc else args
+        with np.load(self.data_file) as data:
+            count = sum(1 for name in data.files if name.startswith("arg"))
+            tensors = [tvm.runtime.tensor(data[f"arg{i}"], device) for i in range(count)]
+            rt_mod[rt_mod.entry_name](*tensors)
+            device.sync()
+            for name in data.files:
+                if name.startswith("expected"):
+                    index = int(name.removeprefix("expected"))
+                    err = max_relative_error(tensors[index].numpy(), data[name])
+                    if not err <= self.rtol:
+                        raise WrongResultError(f"wrong result (max rel err {err:.3g})")
+        return run_evaluator_common(rt_mod, device, evaluator_config, repeated_args)

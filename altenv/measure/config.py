@@ -1,0 +1,88 @@
+"""Measurement settings: a plain pydantic model that a YAML ``measure:`` section maps onto."""
+
+from __future__ import annotations
+
+import os
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+DEFAULT_PRELOAD = ("tvm.s_tir.meta_schedule", "tvm.s_tir.transform", "altenv.measure.builder")
+
+
+class RPCSettings(BaseModel):
+    """Where remote devices are found: a TVM RPC tracker and the key the servers registered.
+
+    Parameters
+    ----------
+    tracker : str
+        ``"host:port"`` of the tracker.
+    key : str
+        Device key the RPC servers registered under.
+    priority : int
+        Session priority at the tracker.
+    max_workers : int
+        Parallel RPC sessions (one per device of that key is the usual choice).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    tracker: str
+    key: str
+    priority: int = 1
+    max_workers: int = 1
+
+    @field_validator("tracker")
+    @classmethod
+    def _host_port(cls, value: str) -> str:
+        host, sep, port = value.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"rpc.tracker must be 'host:port', got {value!r}")
+        return value
+
+    @property
+    def host(self) -> str:
+        """Tracker host name."""
+        return self.tracker.rpartition(":")[0]
+
+    @property
+    def port(self) -> int:
+        """Tracker port."""
+        return int(self.tracker.rpartition(":")[2])
+
+
+class MeasureConfig(BaseModel):
+    """How candidates are built and timed.
+
+    Parameters
+    ----------
+    number, repeat, min_repeat_ms, enable_cpu_cache_flush
+        MetaSchedule ``EvaluatorConfig``: each of ``repeat`` latencies averages ``number``
+        runs, ``number`` grows until one repeat lasts ``min_repeat_ms``.
+    build_timeout : float
+        Seconds one build may take inside a warm builder worker (imports are paid before the
+        clock starts, see ``builder_preload``).
+    run_timeout : float
+        Seconds one candidate may take on the device, correctness check included; for RPC it
+        is also the session timeout.
+    build_workers : int
+        Persistent builder processes (default: the cores this process may use).
+    builder_preload : list[str]
+        Modules every builder worker imports once, untimed, when it starts.
+    builder_max_uses : int | None
+        Recycle a builder worker after this many builds (bounds TVM's per-process leaks).
+    rpc : RPCSettings | None
+        Remote devices through a tracker; ``None`` measures on this host.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    number: int = Field(3, ge=1)
+    repeat: int = Field(3, ge=1)
+    min_repeat_ms: int = Field(50, ge=0)
+    enable_cpu_cache_flush: bool = False
+    build_timeout: float = Field(60.0, gt=0)
+    run_timeout: float = Field(30.0, gt=0)
+    build_workers: int = Field(default_factory=lambda: len(os.sched_getaffinity(0)), ge=1)
+    builder_preload: list[str] = Field(default_factory=lambda: list(DEFAULT_PRELOAD))
+    builder_max_uses: int | None = Field(256, ge=1)
+    rpc: RPCSettings | None = None

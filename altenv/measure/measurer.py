@@ -1,0 +1,180 @@
+"""Measurers: build a batch in persistent workers, then time each build with a MetaSchedule
+runner (``LocalRunner`` here, ``RPCRunner`` through a tracker). Every failure is recorded on
+its own candidate; a batch never stops early."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shutil
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any, ClassVar, Literal
+
+from tvm.ir import IRModule
+from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+from tvm.s_tir.meta_schedule.builder import BuilderInput
+from tvm.s_tir.meta_schedule.runner import (
+    EvaluatorConfig,
+    LocalRunner,
+    RPCConfig,
+    RPCRunner,
+    Runner,
+    RunnerInput,
+)
+from tvm.target import Target
+
+from ..target import make_target
+from .builder import PersistentBuilder
+from .config import MeasureConfig
+from .result import MeasureCandidate, MeasureResult
+
+_WRONG_RESULT = re.compile(r"WrongResultError: (wrong result \(max rel err [^)]*\))")
+
+
+def device_type(target: Target) -> str:
+    """Runtime device name of a target kind (``llvm`` runs on ``cpu``)."""
+    kind = str(target.kind.name)
+    return "cpu" if kind in ("llvm", "c") else kind
+
+
+class Measurer(ABC):
+    """Build candidates and time them on one kind of device.
+
+    Parameters
+    ----------
+    config : MeasureConfig | None
+        Timing and timeout settings (defaults: ``MeasureConfig()``).
+    target : str | dict | Target | None
+        Compilation target, resolved by :func:`altenv.target.make_target` (``None``: this CPU).
+    """
+
+    rpc: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        config: MeasureConfig | None = None,
+        target: str | dict[str, Any] | Target | None = None,
+    ) -> None:
+        self.config = config or MeasureConfig()
+        self.target = make_target(target)
+        self.device_type = device_type(self.target)
+        self.evaluator_config = EvaluatorConfig(
+            number=self.config.number,
+            repeat=self.config.repeat,
+            min_repeat_ms=self.config.min_repeat_ms,
+            enable_cpu_cache_flush=self.config.enable_cpu_cache_flush,
+        )
+        self.builder = PersistentBuilder(
+            max_workers=self.config.build_workers,
+            timeout_sec=self.config.build_timeout,
+            preload=self.config.builder_preload,
+            max_process_uses=self.config.builder_max_uses,
+        )
+        self.runner = self._make_runner()
+
+    @abstractmethod
+    def _make_runner(self) -> Runner:
+        """The MetaSchedule runner this measurer times with."""
+
+    def measure(self, candidates: Sequence[MeasureCandidate]) -> list[MeasureResult]:
+        """Build all candidates in parallel, then run them one by one; one result each."""
+        mods = [candidate.mod for candidate in candidates]
+        built = self.builder.build([BuilderInput(mod, self.target) for mod in mods])
+        build_seconds = list(self.builder.last_build_seconds)
+        results: list[MeasureResult] = []
+        batch = zip(candidates, mods, built, build_seconds, strict=True)
+        for candidate, mod, build, seconds in batch:
+            if build.error_msg is not None:
+                results.append(MeasureResult(error=str(build.error_msg), build_seconds=seconds))
+                continue
+            artifact = str(build.artifact_path)
+            try:
+                result = self._run(candidate, mod, artifact)
+            finally:
+                shutil.rmtree(os.path.dirname(artifact), ignore_errors=True)
+            result.build_seconds = seconds
+            results.append(result)
+        return results
+
+    def _run(self, candidate: MeasureCandidate, mod: IRModule, artifact: str) -> MeasureResult:
+        args_info = ArgInfo.from_entry_func(mod)
+        evaluator = None
+        if candidate.check is not None:
+            signature = [(info.as_json()[1], info.as_json()[2]) for info in args_info]
+            evaluator = candidate.check.evaluator(signature, rpc=self.rpc)
+        # Both MetaSchedule runners read ``f_run_evaluator`` when an input is submitted.
+        self.runner.f_run_evaluator = evaluator
+        start = time.perf_counter()
+        (future,) = self.runner.run([RunnerInput(artifact, self.device_type, args_info)])
+        outcome = future.result()
+        elapsed = time.perf_counter() - start
+        if outcome.error_msg is not None:
+            error = str(outcome.error_msg)
+            wrong = _WRONG_RESULT.search(error)
+            return MeasureResult(error=wrong.group(1) if wrong else error, run_seconds=elapsed)
+        latencies = [float(x) for x in outcome.run_secs]
+        return MeasureResult(latencies=latencies, run_seconds=elapsed)
+
+    def close(self) -> None:
+        """Stop builder and runner worker processes."""
+        self.builder.shutdown()
+        self.runner.pool.shutdown(wait=True)
+
+    def __enter__(self) -> Measurer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class LocalMeasurer(Measurer):
+    """Times candidates on this host with MetaSchedule's ``LocalRunner`` (one persistent
+    worker process; a crash or a timeout kills and restarts it)."""
+
+    def _make_runner(self) -> Runner:
+        return LocalRunner(
+            timeout_sec=self.config.run_timeout,
+            evaluator_config=self.evaluator_config,
+        )
+
+
+class RPCMeasurer(Measurer):
+    """Times candidates on remote devices found through a TVM RPC tracker
+    (``config.rpc``), with MetaSchedule's ``RPCRunner``; the run timeout is the session
+    timeout."""
+
+    rpc: ClassVar[bool] = True
+
+    def _make_runner(self) -> Runner:
+        settings = self.config.rpc
+        if settings is None:
+            raise ValueError("RPC measurement needs measure.rpc: {tracker: 'host:port', key: ...}")
+        return RPCRunner(
+            rpc_config=RPCConfig(
+                tracker_host=settings.host,
+                tracker_port=settings.port,
+                tracker_key=settings.key,
+                session_priority=settings.priority,
+                session_timeout_sec=math.ceil(self.config.run_timeout),
+            ),
+            evaluator_config=self.evaluator_config,
+            max_workers=settings.max_workers,
+        )
+
+
+def create(
+    kind: Literal["local", "rpc"] | None = None,
+    config: MeasureConfig | None = None,
+    target: str | dict[str, Any] | Target | None = None,
+) -> Measurer:
+    """Make a measurer by alias; ``kind=None`` picks ``"rpc"`` when ``config.rpc`` is set."""
+    config = config or MeasureConfig()
+    kind = kind or ("rpc" if config.rpc is not None else "local")
+    if kind == "local":
+        return LocalMeasurer(config, target)
+    if kind == "rpc":
+        return RPCMeasurer(config, target)
+    raise ValueError(f"measurer kind must be 'local' or 'rpc', got {kind!r}")

@@ -1,0 +1,221 @@
+"""Measurer: batches with crashing, hanging, unbuildable and wrong candidates; persistent
+builder workers; correctness checks; RPC measurement through a loopback tracker."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import tvm
+import yaml
+from pydantic import ValidationError
+from tvm import te
+from tvm.rpc.server import Server
+from tvm.rpc.tracker import Tracker
+from tvm.s_tir import Schedule
+from tvm.s_tir.meta_schedule.runner import RPCConfig
+from tvm.script import tirx as T
+
+from altenv.measure import (
+    CorrectnessCheck,
+    LocalMeasurer,
+    MeasureCandidate,
+    MeasureConfig,
+    RPCMeasurer,
+    RPCSettings,
+    create,
+)
+
+FAST = {"number": 2, "repeat": 3, "min_repeat_ms": 1}
+
+
+def matmul(n: int = 64) -> tvm.tirx.PrimFunc:
+    a = te.placeholder((n, n), name="A")
+    b = te.placeholder((n, n), name="B")
+    k = te.reduce_axis((0, n), name="k")
+    c = te.compute((n, n), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
+    return te.create_prim_func([a, b, c])
+
+
+def conv2d(n: int = 1, ci: int = 8, hw: int = 10, co: int = 8, kk: int = 3) -> tvm.tirx.PrimFunc:
+    x = te.placeholder((n, ci, hw, hw), name="X")
+    w = te.placeholder((co, ci, kk, kk), name="W")
+    rc = te.reduce_axis((0, ci), name="rc")
+    rh = te.reduce_axis((0, kk), name="rh")
+    rw = te.reduce_axis((0, kk), name="rw")
+    out = hw - kk + 1
+    y = te.compute(
+        (n, co, out, out),
+        lambda b, o, h, v: te.sum(x[b, rc, h + rh, v + rw] * w[o, rc, rh, rw], axis=[rc, rh, rw]),
+        name="Y",
+    )
+    return te.create_prim_func([x, w, y])
+
+
+def conv2d_ref(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    kk = w.shape[2]
+    out = x.shape[2] - kk + 1
+    windows = np.lib.stride_tricks.sliding_window_view(x, (kk, kk), axis=(2, 3))
+    assert windows.shape[2] == out
+    return np.einsum("bchwij,ocij->bohw", windows, w)
+
+
+def tiled_matmul(factor: int) -> Schedule:
+    sch = Schedule(matmul())
+    i, j, _ = sch.get_loops(sch.get_sblock("C"))
+    _, ji = sch.split(j, [None, factor])
+    sch.vectorize(ji)
+    sch.parallel(i)
+    return sch
+
+
+def unbuildable() -> Schedule:
+    """GPU thread binding on an LLVM target: the code generator rejects it."""
+    sch = Schedule(matmul())
+    i, _, _ = sch.get_loops(sch.get_sblock("C"))
+    sch.bind(i, "threadIdx.x")
+    return sch
+
+
+@T.prim_func
+def out_of_bounds(
+    A: T.Buffer((64, 64), "float32"), B: T.Buffer((64, 64), "float32"),
+    C: T.Buffer((64, 64), "float32"),
+):
+    T.func_attr({"global_symbol": "main", "tir.noalias": True})
+    far = T.decl_buffer((1 << 40,), "float32", data=C.data)
+    for i in range(64):
+        far[(1 << 39) + i * 4096] = A[i, 0]
+
+
+@T.prim_func
+def endless(
+    A: T.Buffer((64, 64), "float32"), B: T.Buffer((64, 64), "float32"),
+    C: T.Buffer((64, 64), "float32"),
+):
+    T.func_attr({"global_symbol": "main", "tir.noalias": True})
+    for t in range(1 << 40):
+        for i in range(64):
+            C[i, t % 64] = C[i, (t + 1) % 64] + A[i, 0]
+
+
+@pytest.fixture(scope="module")
+def measurer() -> Iterator[LocalMeasurer]:
+    with create("local", MeasureConfig(**FAST, run_timeout=2.0, build_workers=2)) as m:
+        yield m
+
+
+@pytest.mark.slow
+def test_failures_are_recorded_and_the_rest_measured(measurer: LocalMeasurer) -> None:
+    mm = CorrectnessCheck(lambda a, b: a @ b)
+    batch = [
+        MeasureCandidate(tiled_matmul(16), mm),
+        MeasureCandidate(out_of_bounds),
+        MeasureCandidate(tiled_matmul(8), mm),
+        MeasureCandidate(endless),
+        MeasureCandidate(unbuildable()),
+        MeasureCandidate(conv2d(), CorrectnessCheck(conv2d_ref)),
+    ]
+    results = measurer.measure(batch)
+    for i in (0, 2, 5):
+        assert results[i].error is None and results[i].ok
+        assert len(results[i].latencies) == FAST["repeat"]
+        assert 0 < results[i].median < 1
+        assert results[i].build_seconds > 0 and results[i].run_seconds > 0
+    for result in (results[1], results[3], results[4]):
+        assert not result.ok and result.latencies == [] and result.median == float("inf")
+    assert "Subprocess terminated" in results[1].error
+    assert "Timeout" in results[3].error
+    assert "PersistentBuilder" in results[4].error and results[4].run_seconds == 0.0
+
+
+def test_builder_workers_persist_across_batches(measurer: LocalMeasurer) -> None:
+    batch = [MeasureCandidate(tiled_matmul(f)) for f in (4, 8, 16, 32)]
+    first = measurer.measure(batch)
+    workers = measurer.builder.worker_pids()
+    second = measurer.measure(batch)
+    assert sum(r.ok for r in first) == len(batch)
+    assert sum(r.ok for r in second) == len(batch)
+    assert workers and workers <= measurer.builder.worker_pids()
+
+
+def test_correctness_check_rejects_a_wrong_candidate(measurer: LocalMeasurer) -> None:
+    right = CorrectnessCheck(lambda a, b: a @ b)
+    wrong = CorrectnessCheck(lambda a, b: a @ b.T)
+    good, bad = measurer.measure(
+        [MeasureCandidate(tiled_matmul(16), right), MeasureCandidate(tiled_matmul(16), wrong)]
+    )
+    assert good.ok
+    assert not bad.ok and bad.error.startswith("wrong result (max rel err ")
+
+
+def test_check_inputs_are_random_and_never_zero() -> None:
+    check = CorrectnessCheck(lambda a: a * 2)
+    path = check.data_file([("float32", (32, 32)), ("float32", (32, 32))])
+    assert check.data_file([("float32", [32, 32]), ("float32", [32, 32])]) == path
+    with np.load(path) as data:
+        assert np.all(np.abs(data["arg0"]) >= 0.5) and np.all(np.abs(data["arg1"]) >= 0.5)
+        assert np.unique(data["arg0"]).size > 100
+        np.testing.assert_array_equal(data["expected1"], data["arg0"] * 2)
+
+
+def test_config_maps_a_yaml_section() -> None:
+    section = yaml.safe_load(
+        "measure:\n  number: 5\n  enable_cpu_cache_flush: true\n  run_timeout: 4\n"
+        "  rpc: {tracker: '127.0.0.1:9190', key: pi4}\n"
+    )["measure"]
+    config = MeasureConfig(**section)
+    assert config.number == 5 and config.enable_cpu_cache_flush and config.run_timeout == 4
+    assert config.rpc is not None and (config.rpc.host, config.rpc.port) == ("127.0.0.1", 9190)
+    with pytest.raises(ValidationError):
+        MeasureConfig(rpc={"tracker": "no-port", "key": "k"})
+    with pytest.raises(ValidationError):
+        MeasureConfig(numbr=3)
+    with pytest.raises(ValueError, match="'local' or 'rpc'"):
+        create("gpu")  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def loopback_rpc() -> Iterator[RPCSettings]:
+    tracker = Tracker(host="127.0.0.1", port=9190, port_end=9290, silent=True)
+    server = Server(host="127.0.0.1", port=9300, port_end=9400, key="altenv-test",
+                    tracker_addr=("127.0.0.1", tracker.port), silent=True)
+    settings = RPCSettings(tracker=f"127.0.0.1:{tracker.port}", key="altenv-test")
+    config = RPCConfig(tracker_host="127.0.0.1", tracker_port=tracker.port,
+                       tracker_key="altenv-test")
+    for _ in range(100):  # the server registers asynchronously
+        if config.count_num_servers() > 0:
+            break
+        time.sleep(0.1)
+    try:
+        yield settings
+    finally:
+        server.terminate()
+        tracker.terminate()
+
+
+@pytest.mark.slow
+def test_rpc_measurement_through_loopback_tracker(loopback_rpc: RPCSettings) -> None:
+    config = MeasureConfig(**FAST, rpc=loopback_rpc, build_workers=1)
+    with create(config=config) as measurer:
+        assert isinstance(measurer, RPCMeasurer)
+        right = CorrectnessCheck(lambda a, b: a @ b)
+        wrong = CorrectnessCheck(lambda a, b: a + b)
+        good, bad = measurer.measure(
+            [MeasureCandidate(tiled_matmul(16), right), MeasureCandidate(matmul(), wrong)]
+        )
+    assert good.ok and len(good.latencies) == FAST["repeat"] and 0 < good.median < 1
+    assert bad.error is not None and bad.error.startswith("wrong result")
+
+
+@pytest.mark.skipif(not tvm.cuda().exist, reason="needs a CUDA GPU")
+def test_cuda_measurement() -> None:
+    sch = Schedule(matmul())
+    i, j, _ = sch.get_loops(sch.get_sblock("C"))
+    sch.bind(i, "blockIdx.x")
+    sch.bind(j, "threadIdx.x")
+    with create("local", MeasureConfig(**FAST), target="cuda") as measurer:
+        (result,) = measurer.measure([MeasureCandidate(sch, CorrectnessCheck(lambda a, b: a @ b))])
+    assert result.ok, result.error
