@@ -254,6 +254,11 @@ class LoopSpace:
         """Directions per subspace: the ``nvec`` of a ``MultiDiscrete`` action space."""
         return np.array([s.num_directions for s in self._core.subspaces], dtype=np.int64)
 
+    def design_slots(self, design: int) -> tuple[int, ...]:
+        """Subspace fed by each exposed sampling instruction of a design space, in trace
+        order (the order of those instructions in a decoded schedule's trace)."""
+        return tuple(k for _, k in self._core.designs[design].slots)
+
     def active(self, point: LoopPoint) -> np.ndarray:
         """Mask of the subspaces that ``point``'s design space reads (always subspace 0)."""
         mask = np.zeros(self.num_subspaces, dtype=bool)
@@ -339,7 +344,9 @@ class LoopSpace:
     # ----------------------------------------------------------------- moves
     def move(self, point: LoopPoint, subspace: int, direction: int) -> LoopPoint:
         """Walk ``point`` one step along ``direction`` on ``subspace``: the nearest valid
-        neighbour in that direction, or ``point`` itself when there is none."""
+        neighbour in that direction, or ``point`` itself when there is none. A compute
+        location that the move invalidates (its loop changed) moves to the nearest valid
+        location."""
         if direction == 0:
             return point
         active = self.active(point)[subspace]
@@ -347,25 +354,47 @@ class LoopSpace:
             moved = point.replace(subspace, value)
             if not active or self.is_valid(moved):
                 return moved
+            repaired = self._repair(moved, keep={subspace})
+            if repaired is not None:
+                return repaired
         return point
 
     def step(self, point: LoopPoint, directions: Sequence[int]) -> LoopPoint:
         """Apply one direction per subspace at once (a ``MultiDiscrete`` action). The
-        joint move is tried first; if invalid, the moves are applied one at a time."""
+        joint move (first candidate of every direction, compute locations repaired) is
+        tried first; if invalid, the moves are applied one at a time."""
         if len(directions) != self.num_subspaces:
             raise ValueError(f"step: {len(directions)} directions for "
                              f"{self.num_subspaces} subspaces")
-        joint = point
+        joint, moved = point, set()
         for k, d in enumerate(directions):
             if d:
                 first = next(self._core.subspaces[k].neighbours(point.values[k], int(d)), None)
                 if first is not None:
                     joint = joint.replace(k, first)
+                    moved.add(k)
         if joint == point or self.is_valid(joint):
             return joint
+        repaired = self._repair(joint, keep=moved)
+        if repaired is not None:
+            return repaired
         for k, d in enumerate(directions):
             point = self.move(point, k, int(d))
         return point
+
+    def _repair(self, point: LoopPoint, keep: set[int]) -> LoopPoint | None:
+        """The valid point nearest to ``point`` that differs in one compute-location
+        subspace outside ``keep``, or ``None``."""
+        for k in self.design_slots(point.design):
+            sub = self._core.subspaces[k]
+            if k in keep or not isinstance(sub, ComputeLocationSubspace):
+                continue
+            old = point.values[k][0]
+            for loc in sorted(range(-2, sub.num_loops), key=lambda v: (abs(v - old), v)):
+                candidate = point.replace(k, (loc,))
+                if loc != old and self.is_valid(candidate):
+                    return candidate
+        return None
 
     # ----------------------------------------------------------------- encodings
     def to_vector(self, point: LoopPoint) -> np.ndarray:
