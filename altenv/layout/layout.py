@@ -164,6 +164,14 @@ class Layout:
         dim = self._dim(dim, "decouple_at")
         return self._with(DecoupleAt(self.shape, dim, int(extent)), self.names)
 
+    def then(self, other: Layout) -> Layout:
+        """This layout followed by ``other``'s primitives (``other`` is a layout of this
+        layout's physical shape), e.g. a pad followed by a template's tiling."""
+        if other.logical_shape != self.shape:
+            raise ValueError(f"then: {other} is a layout of shape {other.logical_shape}, not of "
+                             f"this layout's physical shape {self.shape}")
+        return _replay(self, other.to_json()["primitives"])
+
     def inverse(self) -> list[Primitive]:
         """The inverse primitive sequence (physical -> logical), as ALT's ``S^-1``."""
         return [p.inverse() for p in reversed(self.primitives)]
@@ -282,20 +290,23 @@ class Layout:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Layout:
-        layout = cls(data["shape"], data.get("names"))
-        for step in data["primitives"]:
-            args = dict(step)
-            op = args.pop("op")
-            if op not in _REPLAY:
-                raise ValueError(f"Layout.from_json: unknown primitive {op!r}; known: "
-                                 f"{sorted(_REPLAY)}")
-            if op == "store_at":
-                args["guest"] = cls.from_json(args["guest"])
-            layout = getattr(layout, op)(**args)
-        return layout
+        return _replay(cls(data["shape"], data.get("names")), data["primitives"])
 
 
 _REPLAY = {"split", "reorder", "fuse", "unfold", "pad", "store_at", "fold", "unpad", "decouple_at"}
+
+
+def _replay(layout: Layout, steps: list[dict[str, Any]]) -> Layout:
+    """Apply JSON primitive steps (``{"op": name, **params}``) through the public methods."""
+    for step in steps:
+        args = dict(step)
+        op = args.pop("op")
+        if op not in _REPLAY:
+            raise ValueError(f"unknown layout primitive {op!r}; known: {sorted(_REPLAY)}")
+        if op == "store_at":
+            args["guest"] = Layout.from_json(args["guest"])
+        layout = getattr(layout, op)(**args)
+    return layout
 
 
 def _mask(valid: Valid, shape: Shape) -> np.ndarray:
