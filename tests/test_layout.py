@@ -218,3 +218,27 @@ def test_pad_makes_a_non_dividing_split_legal():
     layout = Layout((3, 10)).pad(1, 0, 2).split(1, [-1, 4])
     assert layout.shape == (3, 3, 4)
     np.testing.assert_array_equal(layout.invert(layout.apply(x)), x)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_conversion_func_matches_numpy(seed):
+    import tvm
+
+    from altenv.layout.convert import conversion_func
+
+    rng = np.random.default_rng(seed)
+    shape = (2, 6, 5, 4)
+    src, dst = random_layout(shape, rng, steps=3), random_layout(shape, rng, steps=3)
+    x = rand(shape, seed).astype("float32")
+    lib = tvm.compile(conversion_func(src, dst), target="llvm")
+    a = tvm.runtime.tensor(src.apply(x))
+    b = tvm.runtime.tensor(np.full(dst.shape, np.nan, dtype="float32"))
+    lib["main"](a, b)
+    np.testing.assert_array_equal(b.numpy(), dst.apply(x))
+
+
+def test_conversion_between_different_tensors_is_an_error():
+    from altenv.layout.convert import conversion_func
+
+    with pytest.raises(ValueError, match="layouts of different tensors"):
+        conversion_func(Layout((2, 3)), Layout((3, 2)))
