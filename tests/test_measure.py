@@ -15,6 +15,7 @@ from tvm import te
 from tvm.rpc.server import Server
 from tvm.rpc.tracker import Tracker
 from tvm.s_tir import Schedule
+from tvm.s_tir.meta_schedule.builder import BuilderInput
 from tvm.s_tir.meta_schedule.runner import RPCConfig
 from tvm.script import tirx as T
 
@@ -107,6 +108,20 @@ def measurer() -> Iterator[LocalMeasurer]:
         yield m
 
 
+def test_builder_workers_persist_across_batches(measurer: LocalMeasurer) -> None:
+    """First in this file, so normally the measurer's first batch: builds must succeed on
+    freshly started workers too, and the same workers must serve the next batch."""
+    target = measurer.target
+    batch = [BuilderInput(tiled_matmul(f).mod, target) for f in (4, 8, 16, 32)]
+    first = measurer.builder.build(batch)
+    workers = measurer.builder.worker_pids()
+    second = measurer.builder.build(batch)
+    assert sum(r.error_msg is None for r in first) == len(batch)
+    assert sum(r.error_msg is None for r in second) == len(batch)
+    assert all(s > 0 for s in measurer.builder.last_build_seconds)
+    assert workers and workers <= measurer.builder.worker_pids()
+
+
 @pytest.mark.slow
 def test_failures_are_recorded_and_the_rest_measured(measurer: LocalMeasurer) -> None:
     mm = CorrectnessCheck(lambda a, b: a @ b)
@@ -129,16 +144,6 @@ def test_failures_are_recorded_and_the_rest_measured(measurer: LocalMeasurer) ->
     assert "Subprocess terminated" in results[1].error
     assert "Timeout" in results[3].error
     assert "PersistentBuilder" in results[4].error and results[4].run_seconds == 0.0
-
-
-def test_builder_workers_persist_across_batches(measurer: LocalMeasurer) -> None:
-    batch = [MeasureCandidate(tiled_matmul(f)) for f in (4, 8, 16, 32)]
-    first = measurer.measure(batch)
-    workers = measurer.builder.worker_pids()
-    second = measurer.measure(batch)
-    assert sum(r.ok for r in first) == len(batch)
-    assert sum(r.ok for r in second) == len(batch)
-    assert workers and workers <= measurer.builder.worker_pids()
 
 
 def test_correctness_check_rejects_a_wrong_candidate(measurer: LocalMeasurer) -> None:

@@ -1,0 +1,344 @@
+"""Records database: every measurement appended durably to a JSON-lines file.
+
+One line per measured candidate, written with flush + fsync, so a run killed at any
+point (even SIGKILL) keeps every completed record; a torn last line is dropped on reopen.
+Each record carries a candidate key (hash of workload, target, layouts and schedule) so
+a resumed run never measures the same candidate twice. Records import from and export to
+MetaSchedule's ``JSONDatabase``. TVM is imported only by those two functions, so the
+database itself loads in milliseconds (resume scripts, report tools).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import statistics
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tvm.ir import IRModule
+    from tvm.s_tir.meta_schedule.database import JSONDatabase
+    from tvm.tirx import PrimFunc
+
+    from altenv.measure import MeasureResult
+
+# MetaSchedule stores failed candidates with this sentinel run time.
+_MS_FAILED_SECONDS = 1e9
+
+
+def plain_json(obj: Any) -> Any:
+    """Turn TVM containers and immediates (Array, Map, IntImm, FloatImm, String) from
+    e.g. ``Trace.as_json()`` into plain Python JSON values."""
+    if obj is None or isinstance(obj, bool | int | float):
+        return obj
+    if isinstance(obj, str):
+        return str(obj)
+    if hasattr(obj, "items"):
+        return {str(k): plain_json(v) for k, v in obj.items()}
+    if hasattr(obj, "value"):
+        return plain_json(obj.value)
+    if isinstance(obj, Iterable):
+        return [plain_json(x) for x in obj]
+    raise TypeError(f"not JSON-able: {type(obj).__name__}")
+
+
+def target_string(target: Any) -> str:
+    """A target as stored in records: TVM's JSON text of the target (strings pass through)."""
+    return target if isinstance(target, str) else str(target)
+
+
+def candidate_key(
+    workload: str,
+    target: Any,
+    layouts: Mapping[str, Any],
+    trace: Any,
+    decisions: Iterable[Any],
+) -> str:
+    """Stable hash identifying a candidate: same inputs, same key, in any process."""
+    payload = [workload, target_string(target), plain_json(layouts), plain_json(trace),
+               plain_json(list(decisions))]
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+@dataclass
+class Record:
+    """One measured candidate.
+
+    Parameters
+    ----------
+    workload : str
+        Workload key, e.g. ``"c2d:N=1,I=64,..."`` or a task name and hash.
+    target : str
+        Target the candidate was built for (TVM's JSON text).
+    layouts : dict
+        Opaque JSON description of the tensors' layouts.
+    trace : Any
+        MetaSchedule trace as JSON (``plain_json(trace.as_json())``), or ``None``.
+    decisions : list
+        Loop-space decision vector.
+    latencies : list[float]
+        Measured seconds per run; empty when the candidate failed.
+    error : str | None
+        Failure reason, ``None`` on success.
+    key : str
+        :func:`candidate_key` of the fields above.
+    timestamp : float
+        Unix time of the measurement.
+    build_seconds, run_seconds : float
+        Time spent building and running the candidate.
+    """
+
+    workload: str
+    target: str
+    layouts: dict[str, Any]
+    trace: Any
+    decisions: list[Any]
+    latencies: list[float]
+    error: str | None
+    key: str
+    timestamp: float = field(default_factory=time.time)
+    build_seconds: float = 0.0
+    run_seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """Whether the candidate was measured successfully."""
+        return self.error is None and bool(self.latencies)
+
+    @property
+    def median(self) -> float:
+        """Median latency in seconds; ``inf`` when failed."""
+        return statistics.median(self.latencies) if self.ok else math.inf
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object written as one line (schedule nested as trace + decisions)."""
+        data = asdict(self)
+        data["schedule"] = {"trace": data.pop("trace"), "decisions": data.pop("decisions")}
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Record:
+        """Inverse of :meth:`to_json`."""
+        data = dict(data)
+        schedule = data.pop("schedule")
+        return cls(trace=schedule["trace"], decisions=schedule["decisions"], **data)
+
+
+class RecordDB:
+    """Append-only JSON-lines database of measurements, indexed in memory.
+
+    Parameters
+    ----------
+    path : str | Path
+        The ``.jsonl`` file; created (with its folder) when missing. One writer at a time.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._records: list[Record] = []
+        self._by_key: dict[str, Record] = {}
+        self._load()
+        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
+
+    def _load(self) -> None:
+        if not self.path.exists():
+            return
+        raw = self.path.read_bytes()
+        lines = raw.split(b"\n")
+        intact = 0  # length of the prefix made of whole records
+        for number, line in enumerate(lines):
+            last = number == len(lines) - 1
+            if line.strip():
+                try:
+                    self._index(Record.from_json(json.loads(line)))
+                except (ValueError, KeyError, TypeError) as err:
+                    if last:  # torn write of a killed process: drop it
+                        break
+                    raise ValueError(f"{self.path}:{number + 1}: corrupt record") from err
+            intact += len(line) + (0 if last else 1)
+        if raw and (intact < len(raw) or not raw.endswith(b"\n")):
+            with open(self.path, "r+b") as f:
+                f.truncate(intact)
+                if intact and not raw[:intact].endswith(b"\n"):
+                    f.seek(intact)
+                    f.write(b"\n")
+                os.fsync(f.fileno())
+
+    def _index(self, record: Record) -> None:
+        self._records.append(record)
+        self._by_key[record.key] = record
+
+    def add(self, record: Record) -> Record:
+        """Append ``record`` durably (flush + fsync) and index it."""
+        self._file.write(json.dumps(record.to_json(), separators=(",", ":")) + "\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._index(record)
+        return record
+
+    def add_result(
+        self,
+        workload: str,
+        target: Any,
+        layouts: Mapping[str, Any],
+        trace: Any,
+        decisions: Iterable[Any],
+        result: MeasureResult,
+    ) -> Record:
+        """Record a :class:`~altenv.measure.MeasureResult` of a candidate."""
+        layouts, trace, decisions = plain_json(layouts), plain_json(trace), plain_json(
+            list(decisions))
+        return self.add(Record(
+            workload=workload,
+            target=target_string(target),
+            layouts=layouts,
+            trace=trace,
+            decisions=decisions,
+            latencies=list(result.latencies),
+            error=result.error,
+            key=candidate_key(workload, target, layouts, trace, decisions),
+            build_seconds=result.build_seconds,
+            run_seconds=result.run_seconds,
+        ))
+
+    def has(self, key: str) -> bool:
+        """Whether a candidate with this key was measured already."""
+        return key in self._by_key
+
+    def seen_keys(self) -> set[str]:
+        """Keys of every measured candidate."""
+        return set(self._by_key)
+
+    def records(self, workload: str | None = None) -> list[Record]:
+        """All records, or those of one workload, in measurement order."""
+        return [r for r in self._records if workload is None or r.workload == workload]
+
+    def workloads(self) -> list[str]:
+        """Workload keys in order of first appearance."""
+        return list(dict.fromkeys(r.workload for r in self._records))
+
+    def best(self, workload: str) -> Record | None:
+        """Successful record of minimal median latency, ``None`` if there is none."""
+        ok = [r for r in self._records if r.workload == workload and r.ok]
+        return min(ok, key=lambda r: r.median) if ok else None
+
+    def count(self, workload: str | None = None) -> int:
+        """Number of records (of one workload)."""
+        return len(self.records(workload))
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def close(self) -> None:
+        """Close the file (records are already on disk)."""
+        self._file.close()
+
+    def __enter__(self) -> RecordDB:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _entry_module(program: IRModule | PrimFunc) -> IRModule:
+    from tvm.ir import IRModule
+    from tvm.tirx import PrimFunc
+
+    if isinstance(program, PrimFunc):
+        return IRModule({"main": program.with_attr("global_symbol", "main")})
+    return program
+
+
+def _trace_decisions(trace: Any) -> list[Any]:
+    decisions = [trace.get_decision(inst) for inst in trace.insts]
+    return [plain_json(d) for d in decisions if d is not None]
+
+
+def export_metaschedule(
+    db: RecordDB,
+    modules: Mapping[str, IRModule | PrimFunc],
+    work_dir: str | Path,
+    only_best: bool = True,
+) -> JSONDatabase:
+    """Write successful records to a MetaSchedule ``JSONDatabase`` in ``work_dir``
+    (``database_workload.json`` + ``database_tuning_record.json``).
+
+    ``modules[workload]`` is the unscheduled program the records' traces were made on
+    (layouts applied); workloads without a module are skipped. ``only_best`` exports
+    one record per workload, else every successful one.
+    """
+    from tvm.s_tir import Schedule, Trace
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.database import JSONDatabase, TuningRecord
+    from tvm.target import Target
+
+    Path(work_dir).mkdir(parents=True, exist_ok=True)
+    ms_db = JSONDatabase(work_dir=str(work_dir))
+    for workload, program in modules.items():
+        mod = _entry_module(program)
+        chosen = [db.best(workload)] if only_best else db.records(workload)
+        for record in chosen:
+            if record is None or not record.ok or record.trace is None:
+                continue
+            sch = Schedule(mod)
+            Trace.apply_json_to_schedule(record.trace, sch)
+            ms_db.commit_tuning_record(TuningRecord(
+                sch.trace,
+                ms_db.commit_workload(mod),
+                run_secs=record.latencies,
+                target=Target(json.loads(record.target)),
+                args_info=ArgInfo.from_entry_func(mod),
+            ))
+    return ms_db
+
+
+def import_metaschedule(
+    db: RecordDB,
+    source: JSONDatabase | str | Path,
+    modules: Mapping[str, IRModule | PrimFunc] | None = None,
+) -> int:
+    """Append MetaSchedule's tuning records (a database or its ``work_dir``) to ``db``.
+
+    A record's workload key is the key in ``modules`` whose program is structurally equal
+    to its workload, else ``"ms:<structural hash>"``. Layouts are ``{}``; decisions are
+    the trace's sampling decisions. Already present candidates are skipped. Returns the
+    number of records added.
+    """
+    import tvm_ffi
+    from tvm.s_tir.meta_schedule.database import JSONDatabase
+
+    ms_db = source if isinstance(source, JSONDatabase) else JSONDatabase(work_dir=str(source))
+    known = {key: _entry_module(p) for key, p in (modules or {}).items()}
+    added = 0
+    for tuning in ms_db.get_all_tuning_records():
+        mod = tuning.workload.mod
+        workload = next((key for key, m in known.items() if tvm_ffi.structural_equal(m, mod)),
+                        f"ms:{tvm_ffi.structural_hash(mod) & (2**64 - 1):016x}")
+        target = target_string(tuning.target) if tuning.target is not None else ""
+        trace = plain_json(tuning.trace.as_json())
+        decisions = _trace_decisions(tuning.trace)
+        key = candidate_key(workload, target, {}, trace, decisions)
+        if db.has(key):
+            continue
+        latencies = [float(x) for x in tuning.run_secs or []]
+        failed = not latencies or max(latencies) >= _MS_FAILED_SECONDS
+        db.add(Record(
+            workload=workload,
+            target=target,
+            layouts={},
+            trace=trace,
+            decisions=decisions,
+            latencies=[] if failed else latencies,
+            error="failed in MetaSchedule" if failed else None,
+            key=key,
+        ))
+        added += 1
+    return added
