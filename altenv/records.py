@@ -193,7 +193,10 @@ class RecordDB:
         decisions: Iterable[Any],
         result: MeasureResult,
     ) -> Record:
-        """Record a :class:`~altenv.measure.MeasureResult` of a candidate."""
+        """Record a :class:`~altenv.measure.MeasureResult` of a candidate; ``trace`` is a
+        MetaSchedule ``Trace``, its ``as_json()``, or ``None``."""
+        if hasattr(trace, "as_json"):
+            trace = trace.as_json()
         layouts, trace, decisions = plain_json(layouts), plain_json(trace), plain_json(
             list(decisions))
         return self.add(Record(

@@ -163,7 +163,7 @@ def test_metaschedule_round_trip(tmp_path: Path) -> None:
     for n, sch in enumerate(schedules):
         decisions = [sch.trace.get_decision(inst) for inst in sch.trace.insts]
         result = MeasureResult(latencies=[3e-4 - n * 1e-4 + d * 1e-6 for d in range(3)])
-        db.add_result("mm64", target, {}, sch.trace.as_json(), [d for d in decisions if d], result)
+        db.add_result("mm64", target, {}, sch.trace, [d for d in decisions if d], result)
     db.add_result("mm64", target, {"C": "bad"}, schedules[0].trace.as_json(), [],
                   MeasureResult(error="LocalRunner: Timeout"))
     best = db.best("mm64")
