@@ -1,0 +1,205 @@
+"""Model import into Relax from a zoo name, an ONNX file or a ``file.py:factory`` reference.
+
+Weights are kept out of the IRModule: ``main`` takes the inputs first (``num_input`` attribute)
+and then one parameter per weight, whose values live in :attr:`ImportedModel.params`. A layout
+step can thus transform weights offline (numpy in, numpy out) and :meth:`ImportedModel.bound`
+binds them as constants for building.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib.util
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import tvm
+from tvm import relax
+
+from altenv.graph import zoo
+
+
+class UnsupportedOperatorError(RuntimeError):
+    """The frontend has no converter for some operators of the model (listed in ``ops``)."""
+
+    def __init__(self, frontend: str, ops: list[str]) -> None:
+        self.frontend = frontend
+        self.ops = sorted(ops)
+        super().__init__(f"{frontend} import: unsupported operator(s): {', '.join(self.ops)}")
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One model input: Relax parameter name, static shape, dtype."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+
+@dataclass
+class ImportedModel:
+    """A model imported into Relax.
+
+    Parameters
+    ----------
+    name: zoo name, ONNX file stem or factory name.
+    mod: Relax IRModule; ``main(*inputs, *weights)`` with attribute ``num_input``.
+    params: weight values by ``main`` parameter name, in ``main``'s order.
+    inputs: the model inputs.
+    source_hash: sha256 of everything that determines the model (source, options, weights).
+    torch_module: the eval-mode torch module, for reference numerics (``None`` for ONNX).
+    int_high: exclusive upper bound for random integer inputs (token ids).
+    """
+
+    name: str
+    mod: tvm.IRModule
+    params: dict[str, np.ndarray]
+    inputs: list[InputSpec]
+    source_hash: str
+    torch_module: torch.nn.Module | None = None
+    int_high: int | None = None
+
+    def bound(self, params: dict[str, np.ndarray] | None = None) -> tvm.IRModule:
+        """``mod`` with weights bound as constants (``params`` overrides some of them)."""
+        values = dict(self.params)
+        values.update(params or {})
+        binding = {k: tvm.runtime.tensor(np.ascontiguousarray(v)) for k, v in values.items()}
+        return relax.transform.BindParams("main", binding)(self.mod)
+
+    def random_inputs(self, seed: int = 0) -> list[np.ndarray]:
+        """Seeded random inputs (never zeros) matching :attr:`inputs`."""
+        tensors = zoo.random_inputs([i.shape for i in self.inputs], [i.dtype for i in self.inputs],
+                                    seed, self.int_high)
+        return [t.numpy() for t in tensors]
+
+    def reference(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        """Outputs of the source torch module on ``inputs``, flattened to a list."""
+        if self.torch_module is None:
+            raise ValueError(f"{self.name}: no torch module to compute reference outputs")
+        with torch.no_grad():
+            out = self.torch_module(*(torch.from_numpy(x) for x in inputs))
+        flat = out if isinstance(out, (tuple, list)) else (out,)
+        return [t.detach().numpy() for t in flat]
+
+
+def load_model(source: str | Path, *, input_shapes: list[tuple[int, ...]] | None = None,
+               weights: str | Path | None = None, seed: int = 0, size: str = "full",
+               **zoo_options: float | int) -> ImportedModel:
+    """Import a model into Relax.
+
+    ``source`` is a zoo name (``"resnet18"``, see :data:`zoo.ZOO`), an ``.onnx`` file, or
+    ``path/to/file.py:factory`` where ``factory()`` returns ``(module, example_inputs)``.
+    ``input_shapes`` overrides the example input shapes (ONNX: fixes dynamic dims);
+    ``weights`` is a torch state-dict file (zoo and factory models); ``seed`` seeds random
+    weights and inputs; ``size`` and ``zoo_options`` (``width``, ...) go to :func:`zoo.get_model`.
+    """
+    text = str(source)
+    if text in zoo.ZOO:
+        module, example = zoo.get_model(text, size=size, input_shapes=input_shapes,
+                                        weights=weights, seed=seed, **zoo_options)
+        desc = {"zoo": text, "size": size, "options": zoo_options, "seed": seed,
+                "shapes": [list(x.shape) for x in example]}
+        return _from_torch(text, module, example, _hash(desc, weights), zoo.ZOO[text].int_high
+                           if "vocab" not in zoo_options else int(zoo_options["vocab"]))
+    if text.endswith(".onnx"):
+        if weights is not None:
+            raise ValueError("ONNX import: weights come from the file; do not pass `weights`")
+        return _from_onnx(Path(text), input_shapes)
+    if ".py:" in text:
+        return _from_factory(text, input_shapes, weights, seed)
+    raise ValueError(
+        f"load_model: cannot interpret source {text!r}; expected a zoo name "
+        f"({', '.join(sorted(zoo.ZOO))}), a .onnx file or 'file.py:factory'"
+    )
+
+
+def _hash(desc: dict[str, object], *files: str | Path | None) -> str:
+    digest = hashlib.sha256(json.dumps(desc, sort_keys=True, default=str).encode())
+    for f in files:
+        if f is not None:
+            digest.update(Path(f).read_bytes())
+    return digest.hexdigest()
+
+
+def _from_factory(ref: str, input_shapes: list[tuple[int, ...]] | None,
+                  weights: str | Path | None, seed: int) -> ImportedModel:
+    path, factory_name = ref.rsplit(":", 1)
+    spec = importlib.util.spec_from_file_location(f"altenv_user_{Path(path).stem}", path)
+    if spec is None or spec.loader is None:
+        raise ValueError(f"load_model: cannot import {path!r}")
+    user = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(user)
+    torch.manual_seed(seed)
+    module, example = getattr(user, factory_name)()
+    example = tuple(example) if isinstance(example, (tuple, list)) else (example,)
+    if weights is not None:
+        module.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
+    module.eval()
+    ints = [int(x.max()) + 1 for x in example if not x.is_floating_point()]
+    int_high = max(ints) if ints else None
+    if input_shapes is not None:
+        example = zoo.random_inputs(input_shapes, [str(x.dtype).removeprefix("torch.")
+                                                   for x in example], seed, int_high)
+    desc = {"factory": factory_name, "seed": seed, "shapes": [list(x.shape) for x in example]}
+    return _from_torch(factory_name, module, example, _hash(desc, path, weights), int_high)
+
+
+def _from_torch(name: str, module: torch.nn.Module, example: tuple[torch.Tensor, ...],
+                source_hash: str, int_high: int | None) -> ImportedModel:
+    from tvm.relax.frontend.torch import from_exported_program
+
+    with torch.no_grad():
+        program = torch.export.export(module, example).run_decompositions()
+    try:
+        mod = from_exported_program(program, keep_params_as_input=True,
+                                    run_ep_decomposition=False)
+    except AssertionError as err:
+        msg = str(err)
+        if not msg.startswith("Unsupported function types"):
+            raise
+        raise UnsupportedOperatorError("torch", ast.literal_eval(msg.split(" ", 3)[3])) from err
+    return _finish(name, mod, source_hash, module, int_high)
+
+
+def _from_onnx(path: Path, input_shapes: list[tuple[int, ...]] | None) -> ImportedModel:
+    import onnx
+    from tvm.relax.frontend.onnx import from_onnx
+
+    model = onnx.load(str(path))
+    initializers = {t.name for t in model.graph.initializer}
+    graph_inputs = [i for i in model.graph.input if i.name not in initializers]
+    shape_dict, dtype_dict = {}, {}
+    for k, inp in enumerate(graph_inputs):
+        ttype = inp.type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in ttype.shape.dim]
+        if input_shapes is not None:
+            dims = list(input_shapes[k])
+        if any(d is None for d in dims):
+            raise ValueError(f"ONNX import: input {inp.name!r} has dynamic dims {dims}; "
+                             "pass input_shapes")
+        shape_dict[inp.name] = dims
+        dtype_dict[inp.name] = onnx.helper.tensor_dtype_to_np_dtype(ttype.elem_type).name
+    try:
+        mod = from_onnx(model, shape_dict, dtype_dict, keep_params_in_input=True)
+    except tvm.error.OpNotImplemented as err:
+        ops = str(err).split("frontend ONNX:", 1)[1].splitlines()[0]
+        raise UnsupportedOperatorError("onnx", [o.strip() for o in ops.split(",")]) from err
+    desc = {"onnx": path.name, "shapes": shape_dict}
+    return _finish(path.stem, mod, _hash(desc, path), None, None)
+
+
+def _finish(name: str, mod: tvm.IRModule, source_hash: str, module: torch.nn.Module | None,
+            int_high: int | None) -> ImportedModel:
+    mod, detached = relax.frontend.detach_params(mod)
+    main = mod["main"]
+    num_input = int(main.attrs["num_input"])
+    values = [v.numpy() for v in detached.get("main", [])]
+    params = {p.name: v for p, v in zip(main.params[num_input:], values)}
+    inputs = [InputSpec(p.name, tuple(int(d) for d in p.ty.shape), str(p.ty.dtype))
+              for p in main.params[:num_input]]
+    return ImportedModel(name, mod, params, inputs, source_hash, module, int_high)
