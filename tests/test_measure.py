@@ -149,11 +149,13 @@ def test_failures_are_recorded_and_the_rest_measured(measurer: LocalMeasurer) ->
 def test_correctness_check_rejects_a_wrong_candidate(measurer: LocalMeasurer) -> None:
     right = CorrectnessCheck(lambda a, b: a @ b)
     wrong = CorrectnessCheck(lambda a, b: a @ b.T)
-    good, bad = measurer.measure(
-        [MeasureCandidate(tiled_matmul(16), right), MeasureCandidate(tiled_matmul(16), wrong)]
+    broken = CorrectnessCheck(lambda a, b: a @ b[:3])
+    good, bad, no_reference = measurer.measure(
+        [MeasureCandidate(tiled_matmul(16), c) for c in (right, wrong, broken)]
     )
     assert good.ok
     assert not bad.ok and bad.error.startswith("wrong result (max rel err ")
+    assert not no_reference.ok and no_reference.error.startswith("correctness reference failed")
 
 
 def test_check_inputs_are_random_and_never_zero() -> None:

@@ -103,8 +103,11 @@ class Measurer(ABC):
         args_info = ArgInfo.from_entry_func(mod)
         evaluator = None
         if candidate.check is not None:
-            signature = [(info.as_json()[1], info.as_json()[2]) for info in args_info]
-            evaluator = candidate.check.evaluator(signature, rpc=self.rpc)
+            signature = [tuple(info.as_json()[1:3]) for info in args_info]
+            try:
+                evaluator = candidate.check.evaluator(signature, rpc=self.rpc)
+            except Exception as err:  # noqa: BLE001 (a bad reference fails this candidate only)
+                return MeasureResult(error=f"correctness reference failed: {err!r}")
         # Both MetaSchedule runners read ``f_run_evaluator`` when an input is submitted.
         self.runner.f_run_evaluator = evaluator
         start = time.perf_counter()
