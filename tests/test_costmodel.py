@@ -55,13 +55,13 @@ def _spearman(x: np.ndarray, y: np.ndarray) -> float:
 
 @pytest.mark.slow
 def test_ranks_held_out_records_better_than_random(matmul_records):
-    """3-fold cross-validation on real measurements, two shuffles: the predicted order
+    """3-fold cross-validation on real measurements, three shuffles: the predicted order
     correlates with the measured throughput and recalls more of the true top-10 than a
     random order does (expected Spearman 0, expected recall 10 * 10 / 60)."""
     features, latencies = matmul_records
     n, k = len(latencies), 10
     spearmans, recalls = [], []
-    for seed in (0, 1):
+    for seed in (0, 1, 2):
         order = np.random.default_rng(seed).permutation(n)
         scores = np.zeros(n)
         for fold in np.array_split(order, 3):

@@ -1,5 +1,6 @@
 """Loop space over MetaSchedule design spaces: points, sampling, decoding, moves."""
 
+from altenv.space.intrin import tune_context_intrins
 from altenv.space.loop_space import LoopPoint, LoopSpace
 from altenv.space.subspace import (
     CategoricalSubspace,
@@ -17,4 +18,5 @@ __all__ = [
     "LoopSpace",
     "Subspace",
     "TileSubspace",
+    "tune_context_intrins",
 ]

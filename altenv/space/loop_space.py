@@ -104,12 +104,13 @@ class _Core:
                 key = (signature, seen[signature])
                 if key not in keys:
                     keys[key] = len(subspaces)
-                    subspaces.append(_make_subspace(inst, signature, len(subspaces), sch))
+                    subspaces.append(_make_subspace(signature, len(subspaces), sch))
                     defaults.append(decision)
-                k = keys[key]
-                if kind == _LOCATION:
-                    subspaces[k] = _widen_location(subspaces[k], sch)
-                slots.append((i, k))
+                elif kind == _LOCATION:  # the same block in another design: widest nest
+                    shared = subspaces[keys[key]]
+                    depth = max(shared.num_loops, _max_loop_depth(sch))
+                    subspaces[keys[key]] = ComputeLocationSubspace(shared.name, depth)
+                slots.append((i, keys[key]))
             self.designs.append(_Design(insts, tuple(slots), fixed))
         self.subspaces: tuple[Subspace, ...] = tuple(subspaces)
         self.defaults: tuple[Value, ...] = tuple(defaults)
@@ -144,7 +145,7 @@ def _max_loop_depth(sch: Schedule) -> int:
     return max((len(sch.get_loops(b)) for b in sch.get_child_blocks(root)), default=0)
 
 
-def _make_subspace(inst: Instruction, signature: tuple, index: int, sch: Schedule) -> Subspace:
+def _make_subspace(signature: tuple, index: int, sch: Schedule) -> Subspace:
     kind = signature[0]
     name = f"{index}:{kind.removeprefix('Sample')}"
     if kind == _TILE:
@@ -153,14 +154,6 @@ def _make_subspace(inst: Instruction, signature: tuple, index: int, sch: Schedul
     if kind == _CATEGORICAL:
         return CategoricalSubspace(name, signature[1])
     return ComputeLocationSubspace(f"{name}:{signature[1]}", _max_loop_depth(sch))
-
-
-def _widen_location(sub: Subspace, sch: Schedule) -> Subspace:
-    assert isinstance(sub, ComputeLocationSubspace)
-    depth = _max_loop_depth(sch)
-    if depth <= sub.num_loops:
-        return sub
-    return ComputeLocationSubspace(sub.name, depth)
 
 
 _CACHE_LOCK = threading.Lock()
@@ -320,7 +313,7 @@ class LoopSpace:
         sch = self._new_schedule(1)
         try:
             Trace(list(design.insts), decisions).apply_to_schedule(sch, remove_postproc=True)
-        except (tvm.TVMError, ValueError, RuntimeError, IndexError):
+        except (RuntimeError, ValueError, IndexError):  # ScheduleError, InternalError
             return None
         insts = sch.trace.insts
         for i, k in design.slots:
