@@ -2,8 +2,8 @@
 
 Weights are kept out of the IRModule: ``main`` takes the inputs first (``num_input`` attribute)
 and then one parameter per weight, whose values live in :attr:`ImportedModel.params`. A layout
-step can thus transform weights offline (numpy in, numpy out) and :meth:`ImportedModel.bound`
-binds them as constants for building.
+step can thus transform weights offline (numpy in, numpy out);
+:func:`altenv.graph.tasks.prepare` binds them as constants for building.
 """
 
 from __future__ import annotations
@@ -63,13 +63,6 @@ class ImportedModel:
     source_hash: str
     torch_module: torch.nn.Module | None = None
     int_high: int | None = None
-
-    def bound(self, params: dict[str, np.ndarray] | None = None) -> tvm.IRModule:
-        """``mod`` with weights bound as constants (``params`` overrides some of them)."""
-        values = dict(self.params)
-        values.update(params or {})
-        binding = {k: tvm.runtime.tensor(np.ascontiguousarray(v)) for k, v in values.items()}
-        return relax.transform.BindParams("main", binding)(self.mod)
 
     def random_inputs(self, seed: int = 0) -> list[np.ndarray]:
         """Seeded random inputs (never zeros) matching :attr:`inputs`."""
