@@ -1,1 +1,6 @@
-"""Search strategies (agents) that drive the altenv environments."""
+"""Search strategies (agents) that drive altenv: a protocol, a registry and built-ins."""
+
+from . import random  # noqa: F401  (registers "random")
+from .base import Agent, available, create, register
+
+__all__ = ["Agent", "available", "create", "register"]

@@ -1,0 +1,73 @@
+"""The agent protocol and registry.
+
+An agent proposes batches of joint-space candidates and observes measured latencies.
+The tuning loop (``altenv.tuning.tune``) ranks each proposed batch with the cost model,
+measures the top-k and reports those back. A config names an agent by its registered
+name (``"random"``) or as ``"my_module:MyAgent"``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from altenv.tuning.session import TuningSession
+from altenv.tuning.task import Candidate, Factors
+
+
+class Agent(ABC):
+    """Base class of search strategies.
+
+    ``propose`` is called with ``layout=None`` in the joint stage (the agent picks
+    layouts too) and with the fixed best layout in the loop-only stage.
+    """
+
+    name = "agent"
+
+    def setup(self, session: TuningSession) -> None:
+        """Called once before the first proposal."""
+
+    @abstractmethod
+    def propose(self, session: TuningSession, n: int, layout: Factors | None
+                ) -> list[Candidate]:
+        """A batch of up to ``n`` candidates."""
+
+    def observe(self, candidates: Sequence[Candidate], latencies: Sequence[float]) -> None:
+        """Measured median latencies (s, ``inf`` for failures) of proposed candidates."""
+
+
+_REGISTRY: dict[str, Callable[..., Agent]] = {}
+
+
+def register(name: str) -> Callable[[type[Agent]], type[Agent]]:
+    """Class decorator: make an agent available under ``name``."""
+
+    def wrap(cls: type[Agent]) -> type[Agent]:
+        _REGISTRY[name] = cls
+        cls.name = name
+        return cls
+
+    return wrap
+
+
+def available() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def create(spec: str, **options: Any) -> Agent:
+    """An agent by registered name or ``"module:Class"``, with keyword options."""
+    if ":" in spec:
+        module, _, cls_name = spec.partition(":")
+        try:
+            cls = getattr(importlib.import_module(module), cls_name)
+        except (ImportError, AttributeError) as err:
+            raise ValueError(f"agent: cannot import {spec!r} ({err})") from err
+        if not (isinstance(cls, type) and issubclass(cls, Agent)):
+            raise ValueError(f"agent: {spec!r} is not a subclass of agents.base.Agent")
+        return cls(**options)
+    if spec not in _REGISTRY:
+        raise ValueError(f"agent: unknown agent {spec!r}; allowed: {', '.join(available())} "
+                         "or 'module:Class'")
+    return _REGISTRY[spec](**options)

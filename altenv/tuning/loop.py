@@ -1,0 +1,67 @@
+"""The tuning loop: agent proposals, cost-model top-k, measurement, budget stages.
+
+ALT §5.2 and §7: the measured-trial budget is split between a joint stage (layouts and
+loops explored together) and a loop-only stage (the best layout fixed); each proposed
+batch (128 points by default) is ranked by the cost model and its top-k (8) measured.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from tqdm.auto import tqdm
+
+from .session import TuningSession
+
+if TYPE_CHECKING:
+    from agents.base import Agent
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Measured trials of the joint and the loop-only stage (ALT default 30:70)."""
+
+    joint: int
+    loop_only: int
+
+    @classmethod
+    def split(cls, total: int, joint_fraction: float = 0.3) -> Budget:
+        joint = round(total * joint_fraction)
+        return cls(joint, total - joint)
+
+    @property
+    def total(self) -> int:
+        return self.joint + self.loop_only
+
+
+def tune(session: TuningSession, agent: Agent, budget: Budget, batch: int = 128,
+         top_k: int = 8, progress: bool = True, max_stalls: int = 5) -> float:
+    """Run ``agent`` on ``session`` until ``budget`` trials are measured; returns the best
+    latency (s). Resumed sessions continue where their records stop. Gives up after
+    ``max_stalls`` batches in a row that offer nothing new to measure."""
+    agent.setup(session)
+    bar = tqdm(total=budget.total, initial=min(session.trials, budget.total),
+               desc=session.task.key[:40], unit="trial", disable=not progress)
+    stalls = 0
+    while session.trials < budget.total and stalls < max_stalls:
+        best_cand, _ = session.best
+        joint = session.trials < budget.joint or best_cand is None
+        layout = None if joint else best_cand.factors
+        candidates = agent.propose(session, batch, layout)
+        k = min(top_k, budget.total - session.trials)
+        chosen = [candidates[i] for i in session.select(candidates, k)]
+        if not chosen:
+            stalls += 1
+            continue
+        stalls = 0
+        before = session.trials
+        latencies = session.measure(chosen)
+        agent.observe(chosen, latencies)
+        best = session.best[1]
+        bar.set_postfix(stage="joint" if joint else "loop", best_ms=f"{best * 1e3:.4g}"
+                        if math.isfinite(best) else "-")
+        bar.update(session.trials - before)
+    bar.close()
+    return session.best[1]

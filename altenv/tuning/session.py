@@ -1,0 +1,167 @@
+"""``TuningSession``: measure joint-space candidates with a cost model in front (ALT §5.2.3).
+
+Agents propose batches of candidates; the session ranks them with the XGBoost cost
+model, measures the top-k on the device (each checked against torch), appends every
+result to the records database and trains the cost model on it. A session opened on an
+existing database resumes: its records count against the budget, train the cost model,
+and are never measured again.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+
+import numpy as np
+from tvm.s_tir import Schedule
+
+from ..costmodel import CostModel, extract_features
+from ..measure import MeasureCandidate, Measurer
+from ..records import Record, RecordDB, candidate_key
+from .task import Candidate, Factors, OpTask, freeze
+
+
+class TuningSession:
+    """Measurement, records and cost model of one :class:`OpTask`.
+
+    Parameters
+    ----------
+    task:
+        The operator task.
+    measurer:
+        Builds and times candidates (``altenv.measure.create``).
+    db:
+        The records database (shared across tasks of a run).
+    cost_model:
+        The cost model (a new one if ``None``).
+    check:
+        Check every measured candidate's output against torch before timing it.
+    """
+
+    def __init__(self, task: OpTask, measurer: Measurer, db: RecordDB,
+                 cost_model: CostModel | None = None, check: bool = True):
+        self.task = task
+        self.measurer = measurer
+        self.db = db
+        self.cost_model = cost_model or CostModel()
+        self.check = check
+        self.history: list[float] = []  # best latency after each trial
+        self._latency: dict[Candidate, float] = {}
+        self._resume()
+
+    # ------------------------------------------------------------ bookkeeping
+    @property
+    def trials(self) -> int:
+        """Candidates measured for this task (resumed records included)."""
+        return len(self.history)
+
+    @property
+    def best(self) -> tuple[Candidate | None, float]:
+        """The fastest measured candidate and its median latency (s)."""
+        record = self.db.best(self.task.key)
+        if record is None:
+            return None, math.inf
+        return self._candidate(record), record.median
+
+    def measured(self, candidate: Candidate) -> float | None:
+        """The recorded latency of a candidate (``inf`` if it failed), ``None`` if new."""
+        return self._latency.get(candidate)
+
+    def _candidate(self, record: Record) -> Candidate:
+        factors = freeze(record.layouts["factors"])
+        return Candidate(factors, self.task.space(factors).from_vector(record.decisions))
+
+    def _resume(self) -> None:
+        by_layout: dict[Factors, list[tuple[Candidate, float]]] = defaultdict(list)
+        best = math.inf
+        for record in self.db.records(self.task.key):
+            cand = self._candidate(record)
+            self._latency[cand] = record.median
+            by_layout[cand.factors].append((cand, record.median))
+            best = min(best, record.median)
+            self.history.append(best)
+        for factors, pairs in by_layout.items():
+            self._train(factors, [c for c, _ in pairs], [lat for _, lat in pairs])
+
+    # -------------------------------------------------------------- programs
+    def schedule(self, candidate: Candidate) -> Schedule | None:
+        """The scheduled program of a candidate, ``None`` if the point is invalid."""
+        return self.task.space(candidate.factors).decode(candidate.point)
+
+    def _features(self, factors: Factors, candidates: Sequence[Candidate]
+                  ) -> list[np.ndarray]:
+        space = self.task.space(factors)
+        schedules = [space.decode(c.point) for c in candidates]
+        return extract_features(space.context, [s for s in schedules if s is not None])
+
+    def _train(self, factors: Factors, candidates: Sequence[Candidate],
+               latencies: Sequence[float]) -> None:
+        space = self.task.space(factors)
+        ok = [(c, lat) for c, lat in zip(candidates, latencies) if space.decode(c.point)]
+        if ok:
+            feats = self._features(factors, [c for c, _ in ok])
+            self.cost_model.update(self.task.key, feats, [lat for _, lat in ok])
+
+    # ------------------------------------------------------------ the two verbs
+    def predict(self, candidates: Sequence[Candidate]) -> np.ndarray:
+        """Cost-model scores (higher is faster); ``-inf`` for invalid points."""
+        scores = np.full(len(candidates), -np.inf)
+        groups: dict[Factors, list[int]] = defaultdict(list)
+        for i, cand in enumerate(candidates):
+            if self.schedule(cand) is not None:
+                groups[cand.factors].append(i)
+        for factors, idx in groups.items():
+            feats = self._features(factors, [candidates[i] for i in idx])
+            scores[idx] = self.cost_model.predict(feats)
+        return scores
+
+    def select(self, candidates: Sequence[Candidate], k: int) -> list[int]:
+        """Indices of the ``k`` best-predicted valid candidates not measured before."""
+        scores = self.predict(candidates)
+        order = np.argsort(-scores, kind="stable")
+        chosen: list[int] = []
+        seen: set[Candidate] = set()
+        for i in order:
+            cand = candidates[int(i)]
+            if len(chosen) == k or not np.isfinite(scores[i]):
+                break
+            if cand in seen or cand in self._latency:
+                continue
+            seen.add(cand)
+            chosen.append(int(i))
+        return chosen
+
+    def measure(self, candidates: Sequence[Candidate]) -> list[float]:
+        """Median latency (s) of each candidate, ``inf`` where it failed; candidates
+        measured before are answered from the records, not measured again."""
+        new = [c for c in dict.fromkeys(candidates)
+               if c not in self._latency and self.schedule(c) is not None]
+        if new:
+            self._measure_new(new)
+        return [self._latency.get(c, math.inf) for c in candidates]
+
+    def _measure_new(self, candidates: list[Candidate]) -> None:
+        schedules = [self.schedule(c) for c in candidates]
+        checks = {f: self.task.check(f) for f in {c.factors for c in candidates}} \
+            if self.check else {}
+        inputs = [MeasureCandidate(s.mod, checks.get(c.factors)) for c, s in
+                  zip(candidates, schedules)]
+        results = self.measurer.measure(inputs)
+        best = self.history[-1] if self.history else math.inf
+        by_layout: dict[Factors, list[tuple[Candidate, float]]] = defaultdict(list)
+        for cand, sch, result in zip(candidates, schedules, results):
+            space = self.task.space(cand.factors)
+            layouts = self.task.layouts_json(cand.factors)
+            decisions = space.to_vector(cand.point).tolist()
+            key = candidate_key(self.task.key, self.task.target, layouts, sch.trace.as_json(),
+                                decisions)
+            if not self.db.has(key):
+                self.db.add_result(self.task.key, self.task.target, layouts, sch.trace,
+                                   decisions, result)
+            self._latency[cand] = result.median
+            best = min(best, result.median)
+            self.history.append(best)
+            by_layout[cand.factors].append((cand, result.median))
+        for factors, pairs in by_layout.items():
+            self._train(factors, [c for c, _ in pairs], [lat for _, lat in pairs])

@@ -1,0 +1,118 @@
+"""``OpTask``: one operator workload as a tuning unit (layout template x loop space).
+
+A point of the joint space is a :class:`Candidate`: template factors (the layouts of the
+operator's tensors, ALT §5.1) and a point of the loop space of the program those layouts
+generate (§4.3). The loop space is rebuilt, and cached, per layout.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import tvm
+
+from ..measure import CorrectnessCheck
+from ..ops import LayoutTemplate, OpProgram, generate, parse_workload
+from ..ops.templates import divisors
+from ..space import LoopPoint, LoopSpace
+from ..target import make_target
+
+Factors = tuple[tuple[str, int], ...]
+
+
+def freeze(factors: Mapping[str, int]) -> Factors:
+    """A hashable form of template factors."""
+    return tuple(sorted((str(k), int(v)) for k, v in factors.items()))
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A point of the joint space: layout template factors and a loop-space point."""
+
+    factors: Factors
+    point: LoopPoint
+
+
+class OpTask:
+    """An operator workload with its layout template, tuned for one target.
+
+    Parameters
+    ----------
+    workload:
+        A spec string such as ``"c2d:N=1,I=64,O=64,H=56,W=56,KH=3,KW=3,pad=1"``.
+    target:
+        A target (``None``: this host's CPU).
+    epilogue:
+        Elementwise steps fused after the operator (``bias``, ``residual``, ``relu``).
+    levels:
+        Tiling levels of the layout template.
+    cache_size:
+        Layouts whose programs and loop spaces are kept.
+    """
+
+    def __init__(self, workload: str, target: Any = None, epilogue: Sequence[str] = (),
+                 levels: int = 1, cache_size: int = 16):
+        self.workload = parse_workload(workload)
+        self.target: tvm.target.Target = make_target(target)
+        self.epilogue = tuple(epilogue)
+        self.template = LayoutTemplate(self.workload, levels=levels)
+        self._cache: OrderedDict[Factors, tuple[OpProgram, LoopSpace]] = OrderedDict()
+        self._cache_size = cache_size
+
+    @property
+    def key(self) -> str:
+        """The workload key of records: the spec plus any epilogue."""
+        return str(self.workload) + ("|" + "+".join(self.epilogue) if self.epilogue else "")
+
+    def default_factors(self) -> Factors:
+        return freeze(self.template.default_factors())
+
+    def random_factors(self, rng: np.random.Generator) -> Factors:
+        """Template factors drawn uniformly from each knob's divisors (multi-level knobs
+        divide what the outer levels left)."""
+        return freeze(self.template.factors_from_actions(rng.uniform(0, 1, len(self.template.knobs))))
+
+    def factor_choices(self) -> dict[str, list[int]]:
+        """The legal values of each knob (divisors of the dim it tiles)."""
+        return {k.name: divisors(k.extent) for k in self.template.knobs}
+
+    def _entry(self, factors: Factors) -> tuple[OpProgram, LoopSpace]:
+        if factors in self._cache:
+            self._cache.move_to_end(factors)
+            return self._cache[factors]
+        program = generate(self.workload, self.template.layouts(dict(factors)), self.epilogue)
+        entry = (program, LoopSpace(program.func, self.target))
+        self._cache[factors] = entry
+        while len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+        return entry
+
+    def program(self, factors: Factors) -> OpProgram:
+        """The operator generated under the layouts of ``factors``."""
+        return self._entry(factors)[0]
+
+    def space(self, factors: Factors) -> LoopSpace:
+        """The loop space of that program (built on MetaSchedule's design spaces)."""
+        return self._entry(factors)[1]
+
+    def layouts_json(self, factors: Factors) -> dict[str, Any]:
+        """What records store about a layout: the factors and every tensor's layout."""
+        program = self.program(factors)
+        return {"factors": dict(factors),
+                "tensors": {n: lay.to_json() for n, lay in program.layouts.items()}}
+
+    def check(self, factors: Factors, seed: int = 0) -> CorrectnessCheck:
+        """A correctness check of a scheduled program against torch on random inputs
+        (consistent physical inputs made from logical ones, never zeros)."""
+        program = self.program(factors)
+
+        def case(rng: np.random.Generator) -> tuple[list[np.ndarray], np.ndarray]:
+            raw = program.random_inputs(int(rng.integers(1 << 30)))
+            expected = program.layouts["out"].apply(program.reference(raw))
+            return program.physical_args(raw)[:-1], expected
+
+        return CorrectnessCheck(case=case, seed=seed, rtol=1e-3)
