@@ -26,7 +26,7 @@ class Agent(ABC):
 
     name = "agent"
 
-    def setup(self, session: TuningSession) -> None:
+    def setup(self, session: TuningSession) -> None:  # noqa: B027 (optional hook)
         """Called once before the first proposal."""
 
     @abstractmethod
@@ -34,7 +34,8 @@ class Agent(ABC):
                 ) -> list[Candidate]:
         """A batch of up to ``n`` candidates."""
 
-    def observe(self, candidates: Sequence[Candidate], latencies: Sequence[float]) -> None:
+    def observe(self, candidates: Sequence[Candidate],  # noqa: B027 (optional hook)
+                latencies: Sequence[float]) -> None:
         """Measured median latencies (s, ``inf`` for failures) of proposed candidates."""
 
 

@@ -74,7 +74,8 @@ class OpTask:
     def random_factors(self, rng: np.random.Generator) -> Factors:
         """Template factors drawn uniformly from each knob's divisors (multi-level knobs
         divide what the outer levels left)."""
-        return freeze(self.template.factors_from_actions(rng.uniform(0, 1, len(self.template.knobs))))
+        actions = rng.uniform(0, 1, len(self.template.knobs))
+        return freeze(self.template.factors_from_actions(actions))
 
     def factor_choices(self) -> dict[str, list[int]]:
         """The legal values of each knob (divisors of the dim it tiles)."""
