@@ -13,7 +13,8 @@ SPECS = {
     "c1d": ["c1d:N=1,I=4,O=8,W=16,KW=3,stride=1,pad=1", "c1d:N=2,I=3,O=4,W=15,KW=5,stride=2"],
     "c2d": ["c2d:N=1,I=8,O=16,H=10,W=10,KH=3,KW=3,stride=1,pad=1",
             "c2d:N=1,I=3,O=8,H=23,W=23,KH=7,KW=7,stride=2"],
-    "c3d": ["c3d:N=1,I=4,O=8,D=6,H=6,W=6,KD=3,KH=3,KW=3,stride=1,pad=1"],
+    "c3d": ["c3d:N=1,I=4,O=8,D=6,H=6,W=6,KD=3,KH=3,KW=3,stride=1,pad=1",
+            "c3d:N=1,I=3,O=4,D=4,H=10,W=10,KD=3,KH=5,KW=5,stride=1x2x2,pad=1x2x2"],
     "grp": ["grp:N=1,I=8,O=8,groups=2,H=8,W=8,KH=3,KW=3,pad=1"],
     "dep": ["dep:N=1,C=8,H=10,W=10,KH=3,KW=3,stride=2,pad=1",
             "dep:N=1,C=6,H=9,W=9,KH=3,KW=3,stride=1,pad=1"],
@@ -128,6 +129,8 @@ def test_transposed_conv_does_no_wasted_work():
     ("grp:I=6,O=8,groups=4,H=8,W=8,KH=3,KW=3", "groups=4 must divide I=6 and O=8"),
     ("c2d:I=3,O=8,H=2,W=2,KH=3,KW=3", "does not fit"),
     ("dep", "no parameters; keys for dep: C, H, W, KH, KW"),
+    ("c3d:I=3,O=4,D=4,H=8,W=8,KD=3,KH=3,KW=3,stride=1x2", "stride has 2 values for 3 spatial"),
+    ("c2d:I=3x3,O=4,H=8,W=8,KH=3,KW=3", "I='3x3' is not an integer"),
 ])
 def test_bad_specs_name_the_keys(spec, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
@@ -142,6 +145,9 @@ def test_spec_round_trip():
     dep = parse_workload("dep:C=32,H=112,W=112,KH=3,KW=3,stride=1,pad=1")
     assert str(dep).startswith("dep:N=1,C=32")
     assert str(parse_workload("gmm:M=8,N=8,K=8,dtype=int8")) == "gmm:M=8,N=8,K=8,dtype=int8"
+    r3d = "c3d:N=1,I=3,O=64,D=16,H=112,W=112,KD=3,KH=7,KW=7,stride=1x2x2,pad=1x3x3,dilation=1"
+    assert str(parse_workload(r3d)) == r3d
+    assert parse_workload(r3d.replace("pad=1x3x3", "pad=3x3x3"))["pad"] == 3
 
 
 def test_bad_layout_names_and_shapes():

@@ -96,6 +96,16 @@ class Operator:
         return value.astype(self.out_dtype) if self.out_dtype != self.dtype else value
 
 
+def per_dim(value: int | tuple[int, ...], rank: int, key: str, workload: Workload
+            ) -> tuple[int, ...]:
+    """A scalar or per-dimension (``1x2x2``) parameter as one value per spatial dim."""
+    values = value if isinstance(value, tuple) else (value,) * rank
+    if len(values) != rank:
+        raise ValueError(f"workload {workload}: {key} has {len(values)} values for {rank} "
+                         "spatial dims")
+    return values
+
+
 def _torch(x: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.asarray(x, dtype=np.float64))
 
@@ -115,7 +125,10 @@ class Conv(Operator):
             self.I = self.O = self.groups = p["C"]
         else:
             self.I, self.O, self.groups = p["I"], p["O"], p.get("groups", 1)
-        self.N, self.stride, self.pad, self.dilation = p["N"], p["stride"], p["pad"], p["dilation"]
+        self.N = p["N"]
+        self.stride = per_dim(p["stride"], self.rank, "stride", workload)
+        self.pad = per_dim(p["pad"], self.rank, "pad", workload)
+        self.dilation = per_dim(p["dilation"], self.rank, "dilation", workload)
         sp = SPATIAL_NAMES[self.rank]
         self.spatial = tuple(p[s] for s in sp)
         self.kernel = tuple(p["K" + s] for s in sp)
@@ -130,15 +143,15 @@ class Conv(Operator):
     @property
     def windows(self) -> tuple[int, ...]:
         """Extent of one window per spatial dim, ``dilation * (K - 1) + 1``."""
-        return tuple(self.dilation * (k - 1) + 1 for k in self.kernel)
+        return tuple(d * (k - 1) + 1 for d, k in zip(self.dilation, self.kernel))
 
     @property
     def out_spatial(self) -> tuple[int, ...]:
-        return tuple((s + 2 * self.pad - w) // self.stride + 1
-                     for s, w in zip(self.spatial, self.windows))
+        return tuple((s + 2 * p - w) // v + 1
+                     for s, p, w, v in zip(self.spatial, self.pad, self.windows, self.stride))
 
     def input_shapes(self) -> dict[str, Shape]:
-        padded = tuple(s + 2 * self.pad for s in self.spatial)
+        padded = tuple(s + 2 * p for s, p in zip(self.spatial, self.pad))
         return {"data": (self.N, self.I) + padded,
                 "weight": (self.O, self.I // self.groups) + self.kernel}
 
@@ -158,13 +171,13 @@ class Conv(Operator):
         rc, *rs = red
         in_per_group, out_per_group = self.I // self.groups, self.O // self.groups
         channel = rc if self.groups == 1 else (o // out_per_group) * in_per_group + rc
-        wins = [Window(x, r * self.dilation if self.dilation != 1 else r, self.stride, w)
-                for x, r, w in zip(xs, rs, self.windows)]
+        wins = [Window(x, r * d if d != 1 else r, v, w)
+                for x, r, d, v, w in zip(xs, rs, self.dilation, self.stride, self.windows)]
         data = self.cast(read("data", [n, channel] + wins))
         return data * self.cast(read("weight", [o, rc] + rs))
 
     def prepare(self, raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        pads = [(0, 0), (0, 0)] + [(self.pad, self.pad)] * self.rank
+        pads = [(0, 0), (0, 0)] + [(p, p) for p in self.pad]
         return {"data": np.pad(raw["data"], pads), "weight": raw["weight"]}
 
     def reference(self, raw: dict[str, np.ndarray]) -> np.ndarray:
@@ -188,30 +201,31 @@ class TransposedConv(Operator):
         self.rank = 3 if workload.kind == "t3d" else 2
         sp = SPATIAL_NAMES[self.rank]
         self.N, self.I, self.O = p["N"], p["I"], p["O"]
-        self.stride, self.pad = p["stride"], p["pad"]
+        self.stride = per_dim(p["stride"], self.rank, "stride", workload)
+        self.pad = per_dim(p["pad"], self.rank, "pad", workload)
         self.spatial = tuple(p[s] for s in sp)
         self.kernel = tuple(p["K" + s] for s in sp)
         if any(o < 1 for o in self.out_spatial):
-            raise ValueError(f"workload {workload}: pad={self.pad} leaves no output")
+            raise ValueError(f"workload {workload}: pad={p['pad']} leaves no output")
         self.names = {"data": ["N", "I", *sp], "weight": ["I", "O", *("K" + s for s in sp)],
                       "out": ["N", "O", *sp]}
 
     @property
     def out_spatial(self) -> tuple[int, ...]:
-        return tuple((s - 1) * self.stride - 2 * self.pad + k
-                     for s, k in zip(self.spatial, self.kernel))
+        return tuple((s - 1) * v - 2 * p + k
+                     for s, v, p, k in zip(self.spatial, self.stride, self.pad, self.kernel))
 
     @property
     def taps(self) -> tuple[int, ...]:
         """Kernel taps per output phase, ``ceil(K / stride)``."""
-        return tuple(-(-k // self.stride) for k in self.kernel)
+        return tuple(-(-k // v) for k, v in zip(self.kernel, self.stride))
 
     def _halo(self) -> list[tuple[int, int]]:
         """Zero rows needed before/after each spatial input dim so every gather is in range."""
         halo = []
-        for s, q, o in zip(self.spatial, self.taps, self.out_spatial):
-            before = max(0, q - 1 - self.pad // self.stride)
-            after = max(0, (o - 1 + self.pad) // self.stride - (s - 1))
+        for s, q, o, v, p in zip(self.spatial, self.taps, self.out_spatial, self.stride, self.pad):
+            before = max(0, q - 1 - p // v)
+            after = max(0, (o - 1 + p) // v - (s - 1))
             halo.append((before, after))
         return halo
 
@@ -236,11 +250,12 @@ class TransposedConv(Operator):
         n, o, *ys = out
         rc, *kqs = red
         rows, taps, conds = [], [], []
-        for y, kq, k, (before, _) in zip(ys, kqs, self.kernel, self._halo()):
-            rows.append((y + self.pad) // self.stride - kq + before)
-            tap = (y + self.pad) % self.stride + self.stride * kq
+        for y, kq, k, v, p, (before, _) in zip(ys, kqs, self.kernel, self.stride, self.pad,
+                                               self._halo()):
+            rows.append((y + p) // v - kq + before)
+            tap = (y + p) % v + v * kq
             taps.append(tap)
-            if k % self.stride:
+            if k % v:
                 conds.append(tap < k)
         term = self.cast(read("data", [n, rc] + rows)) * self.cast(read("weight", [rc, o] + taps))
         if conds:

@@ -202,8 +202,8 @@ def _unfold_input(data: Layout, op: Conv, out_tiles: list[int], it: int) -> Layo
             inner.append(pos)
             pos += 1
             continue
-        size = (tile - 1) * op.stride + op.windows[j]
-        data = data.unfold(pos, size, tile * op.stride)
+        size = (tile - 1) * op.stride[j] + op.windows[j]
+        data = data.unfold(pos, size, tile * op.stride[j])
         outer.append(pos)
         inner.append(pos + 1)
         pos += 2

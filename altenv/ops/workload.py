@@ -36,20 +36,20 @@ class Workload:
     """One complex operator with a concrete shape."""
 
     kind: str
-    params: dict[str, int] = field(hash=False)
+    params: dict[str, int | tuple[int, ...]] = field(hash=False)
     dtype: str = "float32"
 
-    def __getitem__(self, key: str) -> int:
+    def __getitem__(self, key: str) -> int | tuple[int, ...]:
         return self.params[key]
 
-    def get(self, key: str, default: int | None = None) -> int | None:
+    def get(self, key: str, default: int | None = None) -> int | tuple[int, ...] | None:
         return self.params.get(key, default)
 
     def __str__(self) -> str:
         required, optional = KEYS[self.kind]
         batch = ["N"] if self.kind != "gmm" else []
         keys = batch + list(required) + [k for k in optional if k not in required + tuple(batch)]
-        body = ",".join(f"{k}={self.params[k]}" for k in keys)
+        body = ",".join(f"{k}={_fmt(self.params[k])}" for k in keys)
         if self.dtype != "float32":
             body += f",dtype={self.dtype}"
         return f"{self.kind}:{body}"
@@ -60,6 +60,13 @@ class Workload:
     @property
     def key(self) -> str:
         return str(self)
+
+
+PER_DIM = ("stride", "pad", "dilation")
+
+
+def _fmt(value: int | tuple[int, ...]) -> str:
+    return "x".join(map(str, value)) if isinstance(value, tuple) else str(value)
 
 
 def parse_workload(spec: str | Workload) -> Workload:
@@ -73,7 +80,8 @@ def parse_workload(spec: str | Workload) -> Workload:
     required, optional = KEYS[kind]
     allowed = set(required) | set(optional) | {"dtype"}
     hint = f"keys for {kind}: {', '.join(required)} (required), " + ", ".join(
-        f"{k}={v}" for k, v in optional.items()) + ", dtype=float32"
+        f"{k}={v}" for k, v in optional.items()) + ", dtype=float32 (stride, pad and " \
+        "dilation also per dim, e.g. stride=1x2x2)"
     if not sep or not body.strip():
         raise ValueError(f"workload {spec!r}: no parameters; {hint}")
     params: dict[str, int] = dict(optional)
@@ -88,14 +96,18 @@ def parse_workload(spec: str | Workload) -> Workload:
             dtype = value
             continue
         try:
-            params[key] = int(value)
+            parts = tuple(int(v) for v in value.split("x"))
+            if len(parts) > 1 and key not in PER_DIM:
+                raise ValueError(value)
+            params[key] = parts if len(parts) > 1 and len(set(parts)) > 1 else parts[0]
         except ValueError:
             raise ValueError(f"workload {spec!r}: {key}={value!r} is not an integer; "
                              f"{hint}") from None
     missing = [k for k in required if k not in params]
     if missing:
         raise ValueError(f"workload {spec!r}: missing {', '.join(missing)}; {hint}")
-    bad = [k for k, v in params.items() if v < (0 if k == "pad" else 1)]
+    bad = [k for k, v in params.items()
+           if min(v if isinstance(v, tuple) else (v,)) < (0 if k == "pad" else 1)]
     if bad:
         raise ValueError(f"workload {spec!r}: {', '.join(bad)} must be positive; {hint}")
     wl = Workload(kind, params, dtype)
