@@ -57,8 +57,8 @@ def available() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def create(spec: str, **options: Any) -> Agent:
-    """An agent by registered name or ``"module:Class"``, with keyword options."""
+def agent_class(spec: str) -> Callable[..., Agent]:
+    """The agent class of a registered name or ``"module:Class"``."""
     if ":" in spec:
         module, _, cls_name = spec.partition(":")
         try:
@@ -67,8 +67,13 @@ def create(spec: str, **options: Any) -> Agent:
             raise ValueError(f"agent: cannot import {spec!r} ({err})") from err
         if not (isinstance(cls, type) and issubclass(cls, Agent)):
             raise ValueError(f"agent: {spec!r} is not a subclass of agents.base.Agent")
-        return cls(**options)
+        return cls
     if spec not in _REGISTRY:
         raise ValueError(f"agent: unknown agent {spec!r}; allowed: {', '.join(available())} "
                          "or 'module:Class'")
-    return _REGISTRY[spec](**options)
+    return _REGISTRY[spec]
+
+
+def create(spec: str, **options: Any) -> Agent:
+    """An agent by registered name or ``"module:Class"``, with keyword options."""
+    return agent_class(spec)(**options)

@@ -8,6 +8,8 @@ batch (128 points by default) is ranked by the cost model and its top-k (8) meas
 from __future__ import annotations
 
 import math
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -37,10 +39,12 @@ class Budget:
 
 
 def tune(session: TuningSession, agent: Agent, budget: Budget, batch: int = 128,
-         top_k: int = 8, progress: bool = True, max_stalls: int = 5) -> float:
+         top_k: int = 8, progress: bool = True, max_stalls: int = 5,
+         callbacks: Sequence[Callable[[TuningSession], None]] = ()) -> float:
     """Run ``agent`` on ``session`` until ``budget`` trials are measured; returns the best
     latency (s). Resumed sessions continue where their records stop. Gives up after
-    ``max_stalls`` batches in a row that offer nothing new to measure."""
+    ``max_stalls`` batches in a row that offer nothing new to measure. ``callbacks`` are
+    called with the session after each measured batch (logging, checkpoints)."""
     agent.setup(session)
     bar = tqdm(total=budget.total, initial=min(session.trials, budget.total),
                desc=session.task.key[:40], unit="trial", disable=not progress)
@@ -49,7 +53,9 @@ def tune(session: TuningSession, agent: Agent, budget: Budget, batch: int = 128,
         best_cand, _ = session.best
         joint = session.trials < budget.joint or best_cand is None
         layout = None if joint else best_cand.factors
+        start = time.perf_counter()
         candidates = agent.propose(session, batch, layout)
+        session.seconds["search"] += time.perf_counter() - start
         k = min(top_k, budget.total - session.trials)
         chosen = [candidates[i] for i in session.select(candidates, k)]
         if not chosen:
@@ -63,5 +69,7 @@ def tune(session: TuningSession, agent: Agent, budget: Budget, batch: int = 128,
         bar.set_postfix(stage="joint" if joint else "loop", best_ms=f"{best * 1e3:.4g}"
                         if math.isfinite(best) else "-")
         bar.update(session.trials - before)
+        for callback in callbacks:
+            callback(session)
     bar.close()
     return session.best[1]

@@ -10,6 +10,7 @@ and are never measured again.
 from __future__ import annotations
 
 import math
+import time
 from collections import defaultdict
 from collections.abc import Sequence
 
@@ -47,6 +48,8 @@ class TuningSession:
         self.cost_model = cost_model or CostModel()
         self.check = check
         self.history: list[float] = []  # best latency after each trial
+        self.seconds: dict[str, float] = dict.fromkeys(
+            ("search", "cost_model", "build", "run", "measure_wall"), 0.0)
         self._latency: dict[Candidate, float] = {}
         self._resume()
 
@@ -81,8 +84,10 @@ class TuningSession:
             by_layout[cand.factors].append((cand, record.median))
             best = min(best, record.median)
             self.history.append(best)
+        start = time.perf_counter()
         for factors, pairs in by_layout.items():
             self._train(factors, [c for c, _ in pairs], [lat for _, lat in pairs])
+        self.seconds["cost_model"] += time.perf_counter() - start
 
     # -------------------------------------------------------------- programs
     def schedule(self, candidate: Candidate) -> Schedule | None:
@@ -106,6 +111,7 @@ class TuningSession:
     # ------------------------------------------------------------ the two verbs
     def predict(self, candidates: Sequence[Candidate]) -> np.ndarray:
         """Cost-model scores (higher is faster); ``-inf`` for invalid points."""
+        start = time.perf_counter()
         scores = np.full(len(candidates), -np.inf)
         groups: dict[Factors, list[int]] = defaultdict(list)
         for i, cand in enumerate(candidates):
@@ -114,6 +120,7 @@ class TuningSession:
         for factors, idx in groups.items():
             feats = self._features(factors, [candidates[i] for i in idx])
             scores[idx] = self.cost_model.predict(feats)
+        self.seconds["cost_model"] += time.perf_counter() - start
         return scores
 
     def select(self, candidates: Sequence[Candidate], k: int) -> list[int]:
@@ -147,7 +154,9 @@ class TuningSession:
             if self.check else {}
         inputs = [MeasureCandidate(s.mod, checks.get(c.factors)) for c, s in
                   zip(candidates, schedules)]
+        start = time.perf_counter()
         results = self.measurer.measure(inputs)
+        self.seconds["measure_wall"] += time.perf_counter() - start
         best = self.history[-1] if self.history else math.inf
         by_layout: dict[Factors, list[tuple[Candidate, float]]] = defaultdict(list)
         for cand, sch, result in zip(candidates, schedules, results):
@@ -160,8 +169,12 @@ class TuningSession:
                 self.db.add_result(self.task.key, self.task.target, layouts, sch.trace,
                                    decisions, result)
             self._latency[cand] = result.median
+            self.seconds["build"] += result.build_seconds
+            self.seconds["run"] += result.run_seconds
             best = min(best, result.median)
             self.history.append(best)
             by_layout[cand.factors].append((cand, result.median))
+        start = time.perf_counter()
         for factors, pairs in by_layout.items():
             self._train(factors, [c for c, _ in pairs], [lat for _, lat in pairs])
+        self.seconds["cost_model"] += time.perf_counter() - start

@@ -1,0 +1,138 @@
+"""Run configuration: YAML files validated by typed models.
+
+A bad field gets one line naming it and what is allowed, e.g.
+``config configs/x.yaml: budget.joint: Input should be greater than or equal to 0``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .measure import MeasureConfig
+
+
+class ConfigError(ValueError):
+    """A configuration that does not validate; the message names the field."""
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class BudgetConfig(Strict):
+    """Measured trials of the joint (layout + loop) and loop-only stages."""
+
+    joint: int = Field(19, ge=0)
+    loop_only: int = Field(45, ge=0)
+
+    @property
+    def total(self) -> int:
+        return self.joint + self.loop_only
+
+
+class AgentConfig(Strict):
+    """A search strategy: a registered name or ``module:Class``, with its options."""
+
+    name: str = "random"
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, value: str) -> str:
+        if ":" in value:
+            return value
+        import agents
+
+        if value not in agents.available():
+            raise ValueError(f"unknown agent {value!r}; allowed: {', '.join(agents.available())}"
+                             " or 'module:Class'")
+        return value
+
+
+class SearchConfig(Strict):
+    """How each batch is explored (ALT §7: batch 128, top-8 measured)."""
+
+    batch: int = Field(128, ge=1)
+    top_k: int = Field(8, ge=1)
+    levels: int = Field(1, ge=1, le=3)
+    check: bool = True
+
+
+class RunConfig(Strict):
+    """One tuning run (``altenv tune CONFIG``)."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    workload: str | None = None
+    model: str | None = None
+    epilogue: list[Literal["bias", "residual", "relu"]] = Field(default_factory=list)
+    target: str | dict[str, Any] = "cpu"
+    budget: BudgetConfig = Field(default_factory=BudgetConfig)
+    agent: AgentConfig = Field(default_factory=AgentConfig)
+    measure: MeasureConfig = Field(default_factory=MeasureConfig)
+    search: SearchConfig = Field(default_factory=SearchConfig)
+    seed: int = 0
+    output_dir: str = "runs"
+
+    @field_validator("agent", mode="before")
+    @classmethod
+    def _agent_shorthand(cls, value: Any) -> Any:
+        return {"name": value} if isinstance(value, str) else value
+
+    @field_validator("workload")
+    @classmethod
+    def _workload(cls, value: str | None) -> str | None:
+        if value is not None:
+            from .ops import parse_workload
+
+            return str(parse_workload(value))
+        return value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> RunConfig:
+        if (self.workload is None) == (self.model is None):
+            raise ValueError("give exactly one of 'workload' (a spec string) and 'model' "
+                             "(a zoo name, an .onnx file or file.py:factory)")
+        return self
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.output_dir) / self.name
+
+
+def _one_line(err: ValidationError, source: str) -> str:
+    first = err.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    msg = first["msg"].removeprefix("Value error, ")
+    return f"config {source}: {loc}: {msg}"
+
+
+def load_config(path: str | Path | None = None, **overrides: Any) -> RunConfig:
+    """Read a YAML config (or none), apply ``overrides`` (dotted keys allowed, ``None``
+    values ignored) and validate."""
+    data: dict[str, Any] = {}
+    source = str(path) if path is not None else "(command line)"
+    if path is not None:
+        try:
+            data = yaml.safe_load(Path(path).read_text()) or {}
+        except FileNotFoundError:
+            raise ConfigError(f"config {source}: no such file") from None
+        except yaml.YAMLError as err:
+            raise ConfigError(f"config {source}: not valid YAML ({err})") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"config {source}: the top level must be a mapping of keys")
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        node = data
+        *parents, leaf = key.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_one_line(err, source)) from None

@@ -1,0 +1,95 @@
+"""Run configs (typed YAML, one-line errors) and the ``altenv tune`` command, including
+resume after the process is killed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from altenv.cli import main
+from altenv.config import ConfigError, load_config
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "run.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("text, message", [
+    ("name: x\nworkload: gmm:M=8,N=8,K=8\nbudget: {joint: -1}\n",
+     "budget.joint: Input should be greater than or equal to 0"),
+    ("name: x\nworkload: gmm:M=8,N=8,K=8\nagent: ppo2\n",
+     "agent.name: unknown agent 'ppo2'; allowed: random"),
+    ("name: x\nworkload: gmm:M=8,N=8,K=8\nbugdet: 3\n",
+     "bugdet: Extra inputs are not permitted"),
+    ("name: x\nworkload: gmm:M=8,N=8\n", "workload: workload 'gmm:M=8,N=8': missing K"),
+    ("name: x\n", "give exactly one of 'workload'"),
+    ("name: x\nworkload: gmm:M=8,N=8,K=8\nepilogue: [gelu]\n",
+     "epilogue.0: Input should be 'bias', 'residual' or 'relu'"),
+    ("name: x y\nworkload: gmm:M=8,N=8,K=8\n", "name: String should match pattern"),
+    ("name: x\nworkload: gmm:M=8,N=8,K=8\nmeasure: {number: 0}\n",
+     "measure.number: Input should be greater than or equal to 1"),
+    ("- a\n- b\n", "the top level must be a mapping"),
+])
+def test_bad_configs_name_the_field(tmp_path, text, message):
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, text))
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_shipped_configs_validate():
+    paths = sorted(CONFIGS.glob("*.yaml"))
+    assert paths
+    for path in paths:
+        load_config(path)
+
+
+def test_overrides_and_defaults(tmp_path):
+    cfg = load_config(None, name="a", workload="gmm:M=8,N=8,K=8", **{"budget.joint": 3})
+    assert cfg.budget.joint == 3 and cfg.budget.loop_only == 45
+    assert cfg.agent.name == "random" and cfg.run_dir == Path("runs/a")
+    assert cfg.workload == "gmm:M=8,N=8,K=8"
+
+
+def test_cli_reports_config_errors(tmp_path, capsys):
+    assert main(["tune", str(write(tmp_path, "name: x\n"))]) == 2
+    assert "give exactly one of 'workload'" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_tune_killed_and_resumed(tmp_path):
+    """SIGKILL mid-run, then the same command again: it says it resumes, keeps every
+    record, measures nothing twice and stops at the budget."""
+    cmd = [sys.executable, "-m", "altenv.cli", "tune", "--workload", "gmm:M=32,N=32,K=32",
+           "--name", "k", "--budget", "24", "--output-dir", str(tmp_path), "--quiet"]
+    records = tmp_path / "k" / "records.jsonl"
+    proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        if records.exists() and sum(1 for _ in records.open()) >= 8:
+            break
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = [json.loads(line)["key"] for line in records.open() if line.strip()]
+    assert 8 <= len(before) < 24
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"resuming run {tmp_path / 'k'} ({len(before)} records)" in out.stdout
+    after = [json.loads(line)["key"] for line in records.open()]
+    assert len(after) == 24 and len(set(after)) == 24 and after[:len(before)] == before
+    summary = json.loads((tmp_path / "k" / "summary.json").read_text())
+    assert summary["trials"] == 24 and summary["max_rel_err_vs_torch"] < 1e-3
+    assert (tmp_path / "k" / "best.json").exists() and (tmp_path / "k" / "tb").is_dir()
