@@ -1,1 +1,30 @@
-"""Gymnasium environments of altenv; importing this package registers their ids."""
+"""Gymnasium environments of altenv; importing this package registers their ids.
+
+| id                          | class                        | explores                          |
+|-----------------------------|------------------------------|-----------------------------------|
+| ``altenv/LayoutTuning-v0``  | :class:`LayoutTuningEnv`     | layout template split factors     |
+| ``altenv/LoopTuning-v0``    | :class:`LoopTuningEnv`       | one loop space, layouts fixed     |
+| ``altenv/JointTuning-v0``   | :class:`JointTuningEnv`      | layouts, loop rounds in between   |
+
+The ids are registered as nondeterministic: by default rewards are measured latencies.
+With ``reward_source="cost_model"`` and a seed, episodes are reproducible.
+"""
+
+import gymnasium as gym
+
+from .joint import JointTuningEnv, random_directions
+from .layout import LayoutTuningEnv
+from .loop import LoopTuningEnv
+
+ENV_IDS = {
+    "altenv/LayoutTuning-v0": LayoutTuningEnv,
+    "altenv/LoopTuning-v0": LoopTuningEnv,
+    "altenv/JointTuning-v0": JointTuningEnv,
+}
+
+for _id, _cls in ENV_IDS.items():
+    if _id not in gym.registry:
+        gym.register(id=_id, entry_point=f"{_cls.__module__}:{_cls.__name__}",
+                     nondeterministic=True)
+
+__all__ = ["ENV_IDS", "JointTuningEnv", "LayoutTuningEnv", "LoopTuningEnv", "random_directions"]

@@ -1,0 +1,334 @@
+"""What the altenv environments share: the evaluation backend, rewards, observations.
+
+:class:`Backend` holds an env's :class:`~altenv.tuning.OpTask`, its cost model and (made
+on first use) a :class:`~altenv.tuning.TuningSession` that measures candidates, records
+them and trains the cost model. It also turns latencies into rewards and tracks the best
+program the env found. :class:`TuningEnv` is the base class of the envs: it exposes
+that best program on ``env.unwrapped``.
+
+Observation helpers: :func:`layout_observation` (ALT §5.2.1's layout state, normalized to
+a fixed length per template kind) and :func:`feature_summary` (MetaSchedule per-store
+program features, reduced to a fixed length).
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import tempfile
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from tvm.s_tir import Schedule
+
+from altenv.costmodel import CostModel, extract_features
+from altenv.layout import Layout
+from altenv.layout.primitives import Reorder, Split, Unfold
+from altenv.measure import MeasureConfig, Measurer, create
+from altenv.ops import LayoutTemplate, divisors
+from altenv.records import RecordDB
+from altenv.space import LoopPoint, LoopSpace
+from altenv.tuning import Candidate, OpTask, TuningSession, freeze
+from altenv.tuning.task import Factors
+
+REWARD_SOURCES = ("measure", "cost_model")
+FEATURES = 164
+"""Length of MetaSchedule's ``PerStoreFeature`` vector."""
+FEATURE_SCALE = 64.0
+"""Per-store features are log2-scaled counts; dividing by this maps them into [0, 1]."""
+WORST_REWARD = -1.0
+"""Reward of a failed candidate, and the floor of ``1 - latency / U``."""
+
+
+def make_task(workload: str | OpTask | None, target: Any, epilogue: Sequence[str],
+              levels: int, session: TuningSession | None) -> OpTask:
+    """The env's task: ``workload`` (a spec string or an ``OpTask``), or the session's."""
+    if isinstance(workload, OpTask):
+        return workload
+    if workload is None:
+        if session is None:
+            raise ValueError("give workload= (a spec such as 'gmm:M=64,N=64,K=64' or an "
+                             "OpTask) or session=")
+        return session.task
+    return OpTask(workload, target=target, epilogue=epilogue, levels=levels)
+
+
+def as_factors(template: LayoutTemplate, layout: Mapping[str, int] | Factors | None) -> Factors:
+    """Template factors from a mapping or frozen factors (``None``: the template default)."""
+    factors = template.default_factors() if layout is None else dict(layout)
+    template.check(factors)
+    return freeze(factors)
+
+
+class Backend:
+    """Evaluation for one env: cost-model scores, measurements, rewards and the best program.
+
+    Parameters
+    ----------
+    task:
+        The operator task.
+    reward_source:
+        ``"measure"`` (time candidates on the device) or ``"cost_model"`` (predict only).
+    session:
+        A session to share (its task, cost model, records and measurer).
+    measurer:
+        A measurer to share; without one a local measurer is made on first measurement.
+    db_path:
+        Records file; without one a temporary file is used and removed on :meth:`close`.
+    cost_model:
+        A cost model or the path of one saved by ``CostModel.save`` (not with ``session``).
+    reference_latency:
+        ``U`` of the latency reward (s); ``None``: the first finite latency measured.
+    """
+
+    def __init__(self, task: OpTask, reward_source: str = "measure",
+                 session: TuningSession | None = None, measurer: Measurer | None = None,
+                 db_path: str | Path | None = None,
+                 cost_model: CostModel | str | Path | None = None,
+                 reference_latency: float | None = None):
+        if reward_source not in REWARD_SOURCES:
+            raise ValueError(f"reward_source must be one of {REWARD_SOURCES}, "
+                             f"got {reward_source!r}")
+        if session is not None and any(x is not None for x in (measurer, db_path, cost_model)):
+            raise ValueError("session= already has a measurer, records and a cost model; "
+                             "do not also give measurer=, db_path= or cost_model=")
+        if session is not None and session.task is not task:
+            raise ValueError("session= belongs to another task than workload=")
+        if isinstance(cost_model, str | Path):
+            cost_model = CostModel.load(cost_model)
+        self.task = task
+        self.reward_source = reward_source
+        self.cost_model: CostModel = session.cost_model if session else cost_model or CostModel()
+        self.reference_latency = reference_latency
+        self.best_candidate: Candidate | None = None
+        self.best_latency = math.inf
+        self.best_score = -math.inf
+        self._session = session
+        self._measurer = measurer
+        self._db_path = db_path
+        self._owned: list[Measurer | RecordDB] = []
+        self._tmpdir: str | None = None
+        self._warned = False
+
+    @property
+    def measures(self) -> bool:
+        """Whether rewards come from measurements."""
+        return self.reward_source == "measure"
+
+    def session(self) -> TuningSession:
+        """The measurement session, made (with measurer and records) on first call."""
+        if self._session is None:
+            if self._measurer is None:
+                self._measurer = create("local", MeasureConfig(number=1, repeat=2,
+                                                               min_repeat_ms=5), self.task.target)
+                self._owned.append(self._measurer)
+            if self._db_path is None:
+                self._tmpdir = tempfile.mkdtemp(prefix="altenv-env-")
+                self._db_path = Path(self._tmpdir) / "records.jsonl"
+            db = RecordDB(self._db_path)
+            self._owned.append(db)
+            self._session = TuningSession(self.task, self._measurer, db,
+                                          cost_model=self.cost_model)
+        return self._session
+
+    # ------------------------------------------------------------------ evaluation
+    def features(self, space: LoopSpace, points: Sequence[LoopPoint]) -> list[np.ndarray]:
+        """Per-store features of valid points (MetaSchedule ``PerStoreFeature``)."""
+        return extract_features(space.context, [space.decode(p) for p in points])
+
+    def scores(self, candidates: Sequence[Candidate], features: Sequence[np.ndarray],
+               rng: np.random.Generator) -> np.ndarray:
+        """Predicted relative throughput (higher is faster). Before the cost model is
+        trained its scores are uniform random; they are drawn from ``rng`` so a seeded
+        env stays deterministic."""
+        if self.cost_model.is_trained:
+            scores = np.asarray(self.cost_model.predict(features), dtype=np.float64)
+        else:
+            if not self.measures and not self._warned:
+                warnings.warn("altenv env: the cost model is untrained, so cost_model rewards "
+                              "are random; pass a trained cost_model= or a session=",
+                              stacklevel=3)
+                self._warned = True
+            scores = rng.uniform(size=len(candidates))
+        for cand, score in zip(candidates, scores):
+            if not math.isfinite(self.best_latency) and score > self.best_score:
+                self.best_candidate, self.best_score = cand, float(score)
+        return scores
+
+    def measure(self, candidates: Sequence[Candidate]) -> list[float]:
+        """Median latencies (s, ``inf`` if failed); already measured candidates are
+        answered from the records."""
+        latencies = self.session().measure(candidates)
+        for cand, lat in zip(candidates, latencies):
+            if lat < self.best_latency:
+                self.best_candidate, self.best_latency = cand, lat
+        return latencies
+
+    def measure_top(self, candidates: Sequence[Candidate], scores: np.ndarray, k: int
+                    ) -> float:
+        """Measure the ``k`` best-scored distinct candidates; their best latency (s)."""
+        order = np.argsort(-np.asarray(scores), kind="stable")
+        chosen = list(dict.fromkeys(candidates[int(i)] for i in order))[:k]
+        return min(self.measure(chosen), default=math.inf)
+
+    def calibrate(self, latency: float) -> None:
+        """Take ``latency`` as ``U`` if it is finite and ``U`` is not set yet."""
+        if self.reference_latency is None and math.isfinite(latency):
+            self.reference_latency = latency
+
+    def reward(self, latency: float) -> float:
+        """ALT's ``r = U - l`` scaled by ``U``: ``max(1 - l / U, -1)``; ``U`` is the first
+        finite latency unless given; a failure (or no ``U`` yet) gives -1."""
+        self.calibrate(latency)
+        if self.reference_latency is None or not math.isfinite(latency):
+            return WORST_REWARD
+        return max(1.0 - latency / self.reference_latency, WORST_REWARD)
+
+    # ------------------------------------------------------------------ best program
+    def best_layouts(self) -> dict[str, Layout] | None:
+        if self.best_candidate is None:
+            return None
+        return self.task.template.layouts(dict(self.best_candidate.factors))
+
+    def best_schedule(self) -> Schedule | None:
+        if self.best_candidate is None:
+            return None
+        return self.task.space(self.best_candidate.factors).decode(self.best_candidate.point)
+
+    def close(self) -> None:
+        """Close what this backend made (measurer, records); shared objects stay open."""
+        for obj in reversed(self._owned):
+            obj.close()
+        self._owned.clear()
+        if self._tmpdir is not None:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+            self._tmpdir = None
+
+
+class TuningEnv(gym.Env):
+    """Base class of the altenv environments: a :class:`Backend` and the best program.
+
+    The best program is the fastest candidate measured by this env; while the env has
+    measured nothing (always in ``cost_model`` mode) it is the best-predicted candidate
+    and ``best_latency`` is ``inf``.
+    """
+
+    metadata = {"render_modes": ["ansi"], "render_fps": 4}
+    backend: Backend
+
+    @property
+    def task(self) -> OpTask:
+        return self.backend.task
+
+    @property
+    def best_candidate(self) -> Candidate | None:
+        """Template factors and loop point of the best program."""
+        return self.backend.best_candidate
+
+    @property
+    def best_latency(self) -> float:
+        """Its measured median latency (s); ``inf`` if nothing was measured."""
+        return self.backend.best_latency
+
+    @property
+    def best_score(self) -> float:
+        """Its predicted score while nothing was measured; ``-inf`` otherwise."""
+        return self.backend.best_score
+
+    @property
+    def best_layouts(self) -> dict[str, Layout] | None:
+        """The layouts (``data``, ``weight``, ``out``) of the best program."""
+        return self.backend.best_layouts()
+
+    @property
+    def best_schedule(self) -> Schedule | None:
+        """The scheduled best program (its ``.mod`` builds with ``tvm.compile``)."""
+        return self.backend.best_schedule()
+
+    def best_summary(self) -> str:
+        """One line on the best program, for ``render("ansi")``."""
+        if self.best_candidate is None:
+            return "best: none yet"
+        lat = self.best_latency
+        value = f"{lat * 1e3:.4g} ms" if math.isfinite(lat) else f"score {self.best_score:.4g}"
+        return f"best: {dict(self.best_candidate.factors)} {value}"
+
+    def close(self) -> None:
+        self.backend.close()
+
+
+# ---------------------------------------------------------------------- observations
+def tensor_state(layout: Layout, slots: int) -> np.ndarray:
+    """ALT §5.2.1 state of one tensor at a fixed length: for each logical dim, the parts
+    its split/unfold primitives made (outer first, innermost last; an untouched dim is
+    ``[D, 1, ...]``), ``slots`` entries, each ``log(part) / log(D)``. Reorders are fixed
+    by the template and carry no state."""
+    parts = [[n] for n in layout.logical_shape]
+    where = [(d, 0) for d in range(len(parts))]  # physical dim -> (logical dim, part)
+    for prim in layout.primitives:
+        if isinstance(prim, Reorder):
+            where = [where[i] for i in prim.perm]
+            continue
+        if isinstance(prim, Split):
+            new = list(prim.factors)
+        elif isinstance(prim, Unfold):
+            new = [prim.tiles, prim.tile]
+        else:
+            raise ValueError(f"layout state: {prim.name} is not a template primitive")
+        d, j = where[prim.dim]
+        parts[d][j:j + 1] = new
+        where = [(e, k + len(new) - 1 if e == d and k > j else k) for e, k in where]
+        where[prim.dim:prim.dim + 1] = [(d, j + i) for i in range(len(new))]
+    state = []
+    for extent, p in zip(layout.logical_shape, parts):
+        if len(p) > slots:
+            raise ValueError(f"layout state: a dim split into {len(p)} parts, {slots} slots")
+        scale = math.log(extent) if extent > 1 else 1.0
+        state += [math.log(v) / scale for v in [p[0]] + [1] * (slots - len(p)) + p[1:]]
+    return np.clip(np.asarray(state, dtype=np.float32), 0.0, 1.0)
+
+
+def layout_observation(template: LayoutTemplate, factors: Mapping[str, int]) -> np.ndarray:
+    """The layout actor's state: per knob ``log(factor) / log(extent)`` and
+    ``log2(extent) / 16`` (the shape, so a policy can transfer across workloads), then
+    :func:`tensor_state` of every tensor of the operator (sorted by name)."""
+    knobs = template.knobs
+    chosen = [math.log(factors[k.name]) / math.log(k.extent) if k.extent > 1 else 0.0
+              for k in knobs]
+    shape = [min(math.log2(k.extent) / 16.0, 1.0) for k in knobs]
+    layouts = template.layouts(factors)
+    tensors = [tensor_state(layouts[name], 1 + template.levels) for name in sorted(layouts)]
+    return np.concatenate([np.asarray(chosen + shape, dtype=np.float32), *tensors])
+
+
+def feature_summary(features: np.ndarray) -> np.ndarray:
+    """Mean and max over stores of one program's per-store features, in [0, 1]
+    (length ``2 * FEATURES``)."""
+    if len(features) == 0:
+        return np.zeros(2 * FEATURES, dtype=np.float32)
+    summary = np.concatenate([features.mean(axis=0), features.max(axis=0)]) / FEATURE_SCALE
+    return np.clip(summary, 0.0, 1.0).astype(np.float32)
+
+
+# ---------------------------------------------------------------------- layout actions
+def divisor_nvec(template: LayoutTemplate) -> np.ndarray:
+    """``nvec`` of the discrete layout action: every knob gets the longest divisor list."""
+    longest = max(len(divisors(k.extent)) for k in template.knobs)
+    return np.full(len(template.knobs), longest, dtype=np.int64)
+
+
+def factors_from_indices(template: LayoutTemplate, indices: Sequence[int]) -> dict[str, int]:
+    """Discrete layout action: index ``i`` picks the ``i``-th divisor (clipped to the last)
+    of what the knob's dim has left (multi-level knobs divide the outer levels' rest)."""
+    out: dict[str, int] = {}
+    left: dict[str, int] = {}
+    for knob, i in zip(template.knobs, indices, strict=True):
+        key = knob.name.rstrip("0123456789")
+        choices = divisors(left.get(key, knob.extent))
+        out[knob.name] = choices[min(int(i), len(choices) - 1)]
+        left[key] = left.get(key, knob.extent) // out[knob.name]
+    return out
