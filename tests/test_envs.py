@@ -117,7 +117,7 @@ def test_registered_ids_make_and_render(cost_model):
 def test_layout_state_is_alts_primitive_state():
     # ALT §5.2.1: O = 32 split by 16 has state [2, 16] (initially [1, 32] in ALT's notation;
     # an untouched dim is [D, 1] here: all of it in the outer part, as with factor 1)
-    out = Layout((1, 32, 8, 8), "NOHW").split(1, [2, 16]).reorder([0, 1, 2, 3, 4])
+    out = Layout((1, 32, 8, 8), "NOHW").split(1, [2, 16]).reorder([0, 1, 3, 4, 2])
     state = tensor_state(out, slots=2)
     np.testing.assert_allclose(state[2:4], [math.log(2) / math.log(32), 0.8], rtol=1e-6)
     np.testing.assert_allclose(state[4:6], [1.0, 0.0])
