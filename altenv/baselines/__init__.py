@@ -1,0 +1,46 @@
+"""Baselines in the same harness: MetaSchedule (``tune_tir`` / ``tune_relax``), TVM's untuned
+default build and PyTorch eager, each a :class:`Baseline` that runs once on prepared inputs,
+checked against a reference and timed interleaved with the others (:func:`compare`)."""
+
+from .base import (
+    Baseline,
+    NoValidMeasurementsError,
+    TuningSummary,
+    check_baseline,
+    compare,
+    count_measurements,
+    use_tvm_threads,
+)
+from .network import (
+    torch_module_baseline,
+    tune_relax_baseline,
+    untuned_relax_baseline,
+    weight_names,
+)
+from .operator import (
+    torch_function,
+    torch_operator_baseline,
+    tune_tir_baseline,
+    untuned_tir_baseline,
+)
+from .timing import TimingStats, time_interleaved
+
+__all__ = [
+    "Baseline",
+    "NoValidMeasurementsError",
+    "TimingStats",
+    "TuningSummary",
+    "check_baseline",
+    "compare",
+    "count_measurements",
+    "time_interleaved",
+    "torch_function",
+    "torch_module_baseline",
+    "torch_operator_baseline",
+    "tune_relax_baseline",
+    "tune_tir_baseline",
+    "untuned_relax_baseline",
+    "untuned_tir_baseline",
+    "use_tvm_threads",
+    "weight_names",
+]

@@ -1,0 +1,199 @@
+"""What every baseline hands back (a runnable program and how it was obtained), the
+correctness check before timing, and the MetaSchedule plumbing the tuned baselines share."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import tvm
+from tvm.s_tir.meta_schedule.database import Database
+from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, LocalRunner
+from tvm.target import Target
+
+from ..measure import MeasureConfig, PersistentBuilder, WrongResultError
+from ..measure.check import max_relative_error
+from .timing import TimingStats, time_interleaved
+
+#: MetaSchedule stores this run time for a candidate that failed to build or run.
+FAILED_RUN_SECONDS = 1e9
+
+
+class NoValidMeasurementsError(RuntimeError):
+    """A MetaSchedule tuning run measured no candidate successfully."""
+
+
+@dataclass(frozen=True)
+class TuningSummary:
+    """How a tuned baseline was obtained.
+
+    Parameters
+    ----------
+    trials : int
+        Candidates MetaSchedule measured (records in its database, failures included).
+    valid : int
+        Candidates with a finite measured run time.
+    best_seconds : float
+        Best mean run time MetaSchedule measured (the network: sum over tasks, unweighted).
+    tuning_seconds : float
+        Wall time of the tuning call.
+    work_dir : str
+        MetaSchedule's work directory (its JSON database and logs).
+    """
+
+    trials: int
+    valid: int
+    best_seconds: float
+    tuning_seconds: float
+    work_dir: str
+
+    @property
+    def seconds_per_trial(self) -> float:
+        """Tuning wall time per measured candidate."""
+        return self.tuning_seconds / self.trials if self.trials else math.inf
+
+
+@dataclass
+class Baseline:
+    """A compiled implementation ready to be timed.
+
+    Parameters
+    ----------
+    name : str
+        Short label (``"metaschedule"``, ``"tvm-default"``, ``"torch"``).
+    run : Callable[[], object]
+        Runs the program once on prepared inputs and returns when the result is ready.
+    outputs : Callable[[], list[np.ndarray]]
+        The logical outputs of the latest :attr:`run`.
+    tuning : TuningSummary | None
+        Set for tuned baselines.
+    notes : str
+        Which path produced it (e.g. the TVM pipeline used).
+    """
+
+    name: str
+    run: Callable[[], object]
+    outputs: Callable[[], list[np.ndarray]] = field(repr=False)
+    tuning: TuningSummary | None = None
+    notes: str = ""
+
+
+def check_baseline(baseline: Baseline, expected: Sequence[np.ndarray], rtol: float = 1e-3) -> float:
+    """Run ``baseline`` once and compare its outputs with ``expected``; returns the largest
+    relative error, raises :class:`WrongResultError` above ``rtol``."""
+    baseline.run()
+    actual = baseline.outputs()
+    if len(actual) != len(expected):
+        raise WrongResultError(f"{baseline.name}: {len(actual)} outputs, expected {len(expected)}")
+    worst = 0.0
+    for got, want in zip(actual, expected):
+        if tuple(got.shape) != tuple(want.shape):
+            raise WrongResultError(f"{baseline.name}: output shape {got.shape} != {want.shape}")
+        worst = max(worst, max_relative_error(got, want))
+    if not worst <= rtol:
+        raise WrongResultError(f"{baseline.name}: wrong result (max rel err {worst:.3g})")
+    return worst
+
+
+def compare(
+    baselines: Sequence[Baseline],
+    expected: Sequence[np.ndarray],
+    rtol: float = 1e-3,
+    rounds: int = 10,
+    inner: int | None = None,
+) -> dict[str, TimingStats]:
+    """Check every baseline against ``expected``, then time them all interleaved."""
+    names = [b.name for b in baselines]
+    if len(set(names)) != len(names):
+        raise ValueError(f"baseline names must be unique, got {names}")
+    for baseline in baselines:
+        check_baseline(baseline, expected, rtol)
+    return time_interleaved({b.name: b.run for b in baselines}, rounds=rounds, inner=inner)
+
+
+def target_cores(target: Target) -> int:
+    """The target's ``num-cores`` (this process's CPUs when unset)."""
+    cores = target.attrs.get("num-cores")
+    return int(cores) if cores else len(os.sched_getaffinity(0))
+
+
+def use_tvm_threads(num_threads: int) -> None:
+    """Make TVM's CPU thread pool use ``num_threads`` threads, here and in worker processes
+    started afterwards (they inherit ``TVM_NUM_THREADS``).
+
+    Without it TVM runs ``hardware_concurrency / 2`` threads on x86 (it assumes SMT): a
+    single thread on a 2-vCPU machine, while torch uses both.
+    """
+    os.environ["TVM_NUM_THREADS"] = str(num_threads)
+    tvm.get_global_func("runtime.config_threadpool")(1, num_threads)
+
+
+@contextlib.contextmanager
+def _unnamed_log_handlers_detached(name: str = "tvm.s_tir.meta_schedule") -> Iterator[None]:
+    """MetaSchedule's logging set-up feeds the names of its logger's handlers to
+    ``logging.config.dictConfig`` and fails on an unnamed one (pytest's log capture attaches
+    such handlers after a first tuning run); keep those aside while tuning."""
+    logger = logging.getLogger(name)
+    unnamed = [h for h in logger.handlers if h.get_name() is None]
+    for handler in unnamed:
+        logger.removeHandler(handler)
+    try:
+        yield
+    finally:
+        for handler in unnamed:
+            logger.addHandler(handler)
+
+
+@contextlib.contextmanager
+def metaschedule_session(
+    config: MeasureConfig, target: Target
+) -> Iterator[tuple[PersistentBuilder, LocalRunner]]:
+    """Everything a MetaSchedule tuning call needs here: only ``target``'s tensor intrinsics
+    registered (see :mod:`altenv.space.intrin`), a persistent-worker builder and a
+    ``LocalRunner`` with ``config``'s settings whose workers run ``target_cores(target)``
+    TVM threads. Workers are shut down on exit."""
+    from ..space import tune_context_intrins
+
+    use_tvm_threads(target_cores(target))
+    builder = PersistentBuilder(
+        max_workers=config.build_workers,
+        timeout_sec=config.build_timeout,
+        preload=config.builder_preload,
+        max_process_uses=config.builder_max_uses,
+    )
+    runner = LocalRunner(
+        timeout_sec=config.run_timeout,
+        evaluator_config=EvaluatorConfig(
+            number=config.number,
+            repeat=config.repeat,
+            min_repeat_ms=config.min_repeat_ms,
+            enable_cpu_cache_flush=config.enable_cpu_cache_flush,
+        ),
+    )
+    try:
+        with tune_context_intrins(target), _unnamed_log_handlers_detached():
+            yield builder, runner
+    finally:
+        builder.shutdown()
+        runner.pool.shutdown(wait=True)
+
+
+def mean_run_seconds(run_secs: Sequence[object] | None) -> float:
+    """Mean of a record's run times; ``inf`` for a failed or unmeasured candidate."""
+    if not run_secs:
+        return math.inf
+    values = [float(x) for x in run_secs]
+    mean = sum(values) / len(values)
+    return mean if math.isfinite(mean) and mean < FAILED_RUN_SECONDS else math.inf
+
+
+def count_measurements(database: Database) -> tuple[int, int]:
+    """``(measured, valid)`` records of a MetaSchedule database."""
+    records = database.get_all_tuning_records()
+    valid = sum(1 for r in records if math.isfinite(mean_run_seconds(r.run_secs)))
+    return len(records), valid

@@ -1,0 +1,195 @@
+"""Network baselines for a Relax module with separate weights (``main(*inputs, *weights)``,
+attribute ``num_input``, as :mod:`altenv.graph` imports models): MetaSchedule ``tune_relax``
+with weight pre-packing, TVM's untuned default build, and a torch module in eager mode."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+import tvm
+from tvm import relax
+from tvm.relax import pipeline as relax_pipeline
+from tvm.relax.backend.cpu_generic import pipeline as cpu_pipeline
+from tvm.s_tir import dlight as dl
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.search_strategy import SearchStrategy
+
+from ..measure import MeasureConfig
+from ..target import make_target
+from .base import (
+    Baseline,
+    NoValidMeasurementsError,
+    TuningSummary,
+    count_measurements,
+    mean_run_seconds,
+    metaschedule_session,
+    target_cores,
+    use_tvm_threads,
+)
+from .operator import TargetSpec
+
+
+def weight_names(mod: tvm.IRModule) -> list[str]:
+    """Names of ``main``'s weight parameters (those after its ``num_input`` inputs)."""
+    func = mod["main"]
+    num_input = int(func.attrs["num_input"]) if func.attrs and "num_input" in func.attrs else 0
+    return [p.name for p in func.params[num_input:]]
+
+
+def _flatten(value: object) -> list[np.ndarray]:
+    if isinstance(value, tvm.runtime.Tensor):
+        return [value.numpy()]
+    return [x for item in value for x in _flatten(item)]  # type: ignore[attr-defined]
+
+
+def _vm_baseline(name: str, executable: tvm.runtime.Executable, inputs: Sequence[np.ndarray],
+                 weights: list[tvm.runtime.Tensor], notes: str,
+                 tuning: TuningSummary | None = None, prepacked: bool = False) -> Baseline:
+    dev = tvm.cpu(0)
+    vm = relax.VirtualMachine(executable, dev)
+    if prepacked:  # the weight layout rewrite runs once, outside the timed function
+        weights = list(vm["main_transform_params"](weights))
+    args = [tvm.runtime.tensor(np.ascontiguousarray(x), dev) for x in inputs] + weights
+    main = vm["main"]
+    result: list[object] = []
+
+    def run() -> None:
+        result[:] = [main(*args)]
+
+    def outputs() -> list[np.ndarray]:
+        return _flatten(result[0])
+
+    return Baseline(name, run, outputs, tuning=tuning, notes=notes)
+
+
+def _weight_tensors(mod: tvm.IRModule,
+                    params: Mapping[str, np.ndarray]) -> list[tvm.runtime.Tensor]:
+    missing = [n for n in weight_names(mod) if n not in params]
+    if missing:
+        raise ValueError(f"params: no value for weight(s) {missing}")
+    return [tvm.runtime.tensor(np.ascontiguousarray(params[n]), tvm.cpu(0))
+            for n in weight_names(mod)]
+
+
+def untuned_relax_baseline(
+    mod: tvm.IRModule,
+    params: Mapping[str, np.ndarray],
+    inputs: Sequence[np.ndarray],
+    *,
+    target: TargetSpec = None,
+) -> Baseline:
+    """``mod`` built by TVM's default CPU Relax pipeline (dispatch, legalize, fuse, lower)
+    with dlight's CPU rules (GEMV, reductions) applied to the fused functions: the best
+    schedule TVM offers without tuning. Complex operators stay naive serial loop nests."""
+    tgt = make_target(target)
+    if tgt.kind.name != "llvm":
+        raise ValueError(f"untuned Relax baseline: CPU (llvm) targets only, got {tgt.kind.name}")
+    use_tvm_threads(target_cores(tgt))
+    passes = (cpu_pipeline.library_dispatch_passes(tgt) + cpu_pipeline.legalize_passes(tgt)
+              + [dl.ApplyDefaultSchedule(dl.cpu.GEMV(), dl.cpu.Reduction())]
+              + cpu_pipeline.dataflow_lower_passes(tgt) + cpu_pipeline.finalize_passes(tgt))
+    with tgt:
+        executable = tvm.compile(mod, tgt, relax_pipeline=tvm.transform.Sequential(passes))
+    return _vm_baseline("tvm-default", executable, inputs, _weight_tensors(mod, params),
+                        "default CPU Relax pipeline + dlight CPU rules")
+
+
+def _fused_for_tuning(mod: tvm.IRModule, target: tvm.target.Target,
+                      prepack: bool) -> tvm.IRModule:
+    """The preparation of ``relax.pipeline.static_shape_tuning_pipeline``: legalize and fuse,
+    and with ``prepack`` mark weights layout-free so MetaSchedule may rewrite their layout."""
+    passes = [relax.transform.DecomposeOpsForInference(), relax.transform.CanonicalizeBindings(),
+              relax_pipeline.zero_pipeline()]
+    if prepack:
+        passes.append(relax.transform.AttachAttrLayoutFreeBuffers())
+    with target:
+        return tvm.transform.Sequential(passes)(mod)
+
+
+def tune_relax_baseline(
+    mod: tvm.IRModule,
+    params: Mapping[str, np.ndarray],
+    inputs: Sequence[np.ndarray],
+    work_dir: str | Path,
+    max_trials: int,
+    *,
+    target: TargetSpec = None,
+    config: MeasureConfig | None = None,
+    num_trials_per_iter: int = 64,
+    strategy: SearchStrategy.SearchStrategyType = "evolutionary",
+    max_trials_per_task: int | None = None,
+    prepack: bool = True,
+    seed: int = 0,
+) -> Baseline:
+    """Tune every fused task of ``mod`` with MetaSchedule for exactly ``max_trials`` measured
+    candidates in all (persistent-worker builder, ``LocalRunner``) and build the network from
+    the best records. With ``prepack`` (TVM's ``cpu_weight_prepack``) tuned kernels may pick
+    their own weight layouts; the weights are converted once by ``main_transform_params``
+    before timing. ``strategy`` as in :func:`~altenv.baselines.tune_tir_baseline`. Raises
+    :class:`NoValidMeasurementsError` when nothing valid was measured."""
+    tgt = make_target(target)
+    config = config or MeasureConfig()
+    fused = _fused_for_tuning(mod, tgt, prepack)
+    start = time.perf_counter()
+    with metaschedule_session(config, tgt) as (builder, runner):
+        tasks = ms.relax_integration.extract_tasks(fused, tgt)
+        contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
+            tasks, str(work_dir), strategy=strategy, num_threads=target_cores(tgt), seed=seed)
+        database = ms.tune_tasks(
+            tasks=contexts, task_weights=weights, work_dir=str(work_dir),
+            max_trials_global=max_trials, max_trials_per_task=max_trials_per_task,
+            num_trials_per_iter=min(num_trials_per_iter, max_trials), builder=builder,
+            runner=runner)
+    elapsed = time.perf_counter() - start
+    trials, valid = count_measurements(database)
+    if valid == 0:
+        raise NoValidMeasurementsError(
+            f"tune_relax: {trials} candidates measured, none valid (see {work_dir}/logs)")
+    best: dict[str, float] = {}
+    for record in database.get_all_tuning_records():
+        key = str(record.workload.as_json()[0])  # the workload's structural hash
+        best[key] = min(best.get(key, np.inf), mean_run_seconds(record.run_secs))
+    summary = TuningSummary(trials, valid, float(sum(v for v in best.values() if v < np.inf)),
+                            elapsed, str(work_dir))
+    with tgt, database:
+        applied = relax.transform.MetaScheduleApplyDatabase()(fused)
+    if prepack:
+        with tgt:
+            applied = tvm.transform.Sequential([
+                relax.transform.SplitLayoutRewritePreproc(), relax.transform.LiftTransformParams(),
+                relax.transform.FoldConstant()])(applied)
+    executable = tvm.compile(applied, tgt)
+    notes = (f"MetaSchedule tune_relax, {max_trials} trials, "
+             f"weight pre-pack {'on' if prepack else 'off'}")
+    return _vm_baseline("metaschedule", executable, inputs, _weight_tensors(mod, params), notes,
+                        tuning=summary, prepacked=prepack)
+
+
+def torch_module_baseline(
+    module: torch.nn.Module,
+    inputs: Sequence[np.ndarray],
+    *,
+    target: TargetSpec = None,
+) -> Baseline:
+    """``module.forward`` in eval mode under ``torch.inference_mode``, with as many intra-op
+    threads as the target has cores."""
+    torch.set_num_threads(target_cores(make_target(target)))
+    module = module.eval()
+    tensors = [torch.from_numpy(np.ascontiguousarray(x)) for x in inputs]
+    result: list[object] = []
+
+    def run() -> None:
+        with torch.inference_mode():
+            result[:] = [module(*tensors)]
+
+    def outputs() -> list[np.ndarray]:
+        out = result[0]
+        flat = out if isinstance(out, (tuple, list)) else (out,)
+        return [t.numpy() for t in flat]
+
+    return Baseline("torch", run, outputs, notes=f"torch {torch.__version__} eager module, "
+                    f"{torch.get_num_threads()} threads")

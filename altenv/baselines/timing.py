@@ -1,0 +1,94 @@
+"""Side-by-side timing: callables are run interleaved (A B C A B C ...) so that load changes on
+a shared machine hit every contender alike; each gets a median and a spread."""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TimingStats:
+    """Seconds per call of one callable over the rounds of :func:`time_interleaved`.
+
+    Parameters
+    ----------
+    samples : tuple[float, ...]
+        One value per round: the mean seconds per call of that round's block of calls.
+    inner : int
+        Calls per block.
+    """
+
+    samples: tuple[float, ...]
+    inner: int
+
+    @property
+    def median(self) -> float:
+        """Median seconds per call."""
+        return statistics.median(self.samples)
+
+    @property
+    def min(self) -> float:
+        """Fastest round."""
+        return min(self.samples)
+
+    @property
+    def max(self) -> float:
+        """Slowest round."""
+        return max(self.samples)
+
+    @property
+    def iqr(self) -> tuple[float, float]:
+        """First and third quartiles (equal to the sample for one round)."""
+        if len(self.samples) < 2:
+            return (self.samples[0], self.samples[0])
+        q1, _, q3 = statistics.quantiles(self.samples, n=4, method="inclusive")
+        return (q1, q3)
+
+    @property
+    def spread(self) -> float:
+        """Interquartile range relative to the median."""
+        q1, q3 = self.iqr
+        return (q3 - q1) / self.median if self.median > 0 else 0.0
+
+
+def _block(fn: Callable[[], object], inner: int) -> float:
+    start = time.perf_counter()
+    for _ in range(inner):
+        fn()
+    return (time.perf_counter() - start) / inner
+
+
+def time_interleaved(
+    runs: Mapping[str, Callable[[], object]],
+    rounds: int = 10,
+    inner: int | None = None,
+    min_block_seconds: float = 0.02,
+    warmup: int = 2,
+    cooldown_seconds: float = 0.01,
+) -> dict[str, TimingStats]:
+    """Time each callable of ``runs`` (each runs its program once, synchronously).
+
+    Every callable is first called ``warmup`` times; then for ``rounds`` rounds each one in
+    turn runs a block of ``inner`` calls. With ``inner=None`` a callable's block size is
+    chosen from its warm-up so that one block lasts about ``min_block_seconds``. Between
+    blocks the timer sleeps ``cooldown_seconds``: thread pools spin for a while after a
+    parallel region (TVM's and torch's OpenMP alike) and would steal cores from the next
+    contender; the pause lets them park.
+    """
+    if rounds < 1 or warmup < 1:
+        raise ValueError(f"rounds and warmup must be >= 1, got {rounds}, {warmup}")
+    inners: dict[str, int] = {}
+    for name, fn in runs.items():
+        time.sleep(cooldown_seconds)
+        estimate = min(_block(fn, 1) for _ in range(warmup))
+        inners[name] = inner or max(1, math.ceil(min_block_seconds / max(estimate, 1e-9)))
+    samples: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, fn in runs.items():
+            time.sleep(cooldown_seconds)
+            samples[name].append(_block(fn, inners[name]))
+    return {name: TimingStats(tuple(samples[name]), inners[name]) for name in runs}
