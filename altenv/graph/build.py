@@ -84,11 +84,18 @@ def build(graph: TaskGraph, target: str | dict | tvm.target.Target | None = None
           replacements: Mapping[str, tirx.PrimFunc | s_tir.Schedule] | None = None) -> BuiltModel:
     """Compile ``graph`` for ``target`` (default: this host's CPU) with default schedules,
     except for the tasks in ``replacements`` (task name -> PrimFunc or Schedule)."""
-    tgt = make_target(target)
     mod = apply_replacements(graph, replacements or {})
+    fixed = {gname for name in (replacements or {}) for gname in graph.tasks[name].func_names}
+    return compile_module(mod, target, fixed)
+
+
+def compile_module(mod: tvm.IRModule, target: str | dict | tvm.target.Target | None = None,
+                   scheduled: set[str] | frozenset[str] = frozenset()) -> BuiltModel:
+    """Compile a module of ``call_tir`` calls as it is (no re-legalization or re-fusion); on a
+    GPU every PrimFunc not named in ``scheduled`` gets ``DefaultGPUSchedule``."""
+    tgt = make_target(target)
     if tgt.kind.name != "llvm":
-        fixed = {gname for name in (replacements or {}) for gname in graph.tasks[name].func_names}
-        mod = _default_gpu_schedule(mod, tgt, fixed)
+        mod = _default_gpu_schedule(mod, tgt, set(scheduled))
     pipeline = tvm.transform.Sequential(dataflow_lower_passes(tgt) + finalize_passes(tgt))
     with tgt:
         ex = tvm.compile(mod, tgt, relax_pipeline=pipeline)

@@ -1,0 +1,261 @@
+"""Map a fused complex task onto ALT's layout-aware operator generator.
+
+A fused task such as ``conv2d -> subtract -> divide -> multiply -> add -> add -> relu`` is read
+block by block: the complex block becomes an :mod:`altenv.ops` workload, per-channel affine
+steps with constant operands (a decomposed batch norm, a bias) are folded offline into the
+weights and one bias vector (ALT transforms constant weights offline), a same-shape
+non-constant ``add`` becomes the ``residual`` epilogue, and a trailing ``relu`` or ``clip``
+becomes the activation. Anything else keeps the original task (the caller warns).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import tvm.ir.expr as ire
+import tvm.ir.prim.expr as pe
+from tvm import te, tirx
+
+from altenv.graph.ops_match import ComplexOp, get_blocks
+from altenv.layout import Layout
+from altenv.ops import LayoutTemplate, OpProgram, generate, parse_workload
+
+AFFINE = {pe.Add: "add", pe.Sub: "sub", pe.Mul: "mul", pe.Div: "div"}
+
+
+class NotMappable(ValueError):
+    """A fused task that the layout-aware generator cannot express (the reason is the text)."""
+
+
+@dataclass(frozen=True)
+class ComplexLowering:
+    """How one call of a complex task maps onto :func:`altenv.ops.generate`.
+
+    Parameters
+    ----------
+    spec: the workload spec of the task's own complex block (a separate pad task stays
+        outside: the block then reads an already padded tensor with ``pad=0``).
+    data_arg, weight_arg: PrimFunc parameter positions of the operands.
+    weight_transposed: a matmul weight stored ``[N, K]`` (transposed offline).
+    affine: per-channel steps ``(op, operand)`` in order, ``op`` in add/sub/mul/div and the
+        operand a parameter position (``int``) or an immediate (``float``).
+    residual_arg: parameter position of a same-shape residual added after the affine steps.
+    activation: ``None``, ``("relu",)`` or ``("clip", lo, hi)``.
+    data_pads: zero padding ``(before, after)`` per data dim, done by the data's producer.
+    """
+
+    spec: str
+    data_arg: int
+    weight_arg: int
+    weight_transposed: bool
+    affine: tuple[tuple[str, int | float], ...]
+    residual_arg: int | None
+    activation: tuple | None
+    data_pads: tuple[tuple[int, int], ...]
+
+    @property
+    def epilogue(self) -> tuple[str, ...]:
+        """The generator's epilogue steps (a clip is added on top by :meth:`program`)."""
+        steps = ("bias",) if self.affine else ()
+        steps += ("residual",) if self.residual_arg is not None else ()
+        return steps + (("relu",) if self.activation == ("relu",) else ())
+
+    def template(self) -> LayoutTemplate:
+        return LayoutTemplate(self.spec)
+
+    def data_layout(self, unpadded: Sequence[int], template_data: Layout) -> Layout:
+        """The data layout over the unpadded tensor: the pads, then the template's layout."""
+        layout = Layout(unpadded)
+        for dim, (before, after) in enumerate(self.data_pads):
+            if before or after:
+                layout = layout.pad(dim, before, after)
+        return layout.then(template_data)
+
+    def program(self, layouts: Mapping[str, Layout]) -> tuple[OpProgram, te.Tensor]:
+        """The generated program and its final output stage (the clip, when there is one)."""
+        prog = generate(self.spec, layouts, self.epilogue)
+        out = prog.tensors[-1]
+        if self.activation is not None and self.activation[0] == "clip":
+            _, lo, hi = self.activation
+            dtype = prog.op.out_dtype
+            prev = out
+            out = te.compute(prev.shape, lambda *p: tirx.max(tirx.min(
+                prev(*p), tirx.const(hi, dtype)), tirx.const(lo, dtype)), name="clip")
+        return prog, out
+
+    def func(self, layouts: Mapping[str, Layout]) -> tirx.PrimFunc:
+        """The layout-transformed PrimFunc ``(data, weight[, bias][, residual], out)``."""
+        prog, out = self.program(layouts)
+        return te.create_prim_func(prog.tensors[:-1] + [out])
+
+    def fold(self, weight: np.ndarray, consts: Mapping[int, np.ndarray], channel_axis: int,
+             out_ndim: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """Logical weight (matmul: ``[K, N]``) and bias with the affine steps folded in."""
+        w = np.asarray(weight, np.float64)
+        if self.weight_transposed:
+            w = w.T
+        channels = w.shape[0] if w.ndim > 2 else w.shape[-1]  # conv O I K..., matmul K N
+        scale, shift = np.ones(channels), np.zeros(channels)
+        for op, operand in self.affine:
+            c = (np.full(channels, operand) if isinstance(operand, float)
+                 else _per_channel(consts[operand], channels, channel_axis, out_ndim))
+            if op == "add":
+                shift = shift + c
+            elif op == "sub":
+                shift = shift - c
+            elif op == "mul":
+                scale, shift = scale * c, shift * c
+            else:
+                scale, shift = scale / c, shift / c
+        if w.ndim > 2:  # convolution weight O I K...: output channels first
+            w = w * scale.reshape((-1,) + (1,) * (w.ndim - 1))
+        else:
+            w = w * scale.reshape(1, -1)
+        dtype = np.asarray(weight).dtype
+        return w.astype(dtype), shift.astype(dtype) if self.affine else None
+
+
+def _per_channel(value: np.ndarray, channels: int, axis: int, out_ndim: int) -> np.ndarray:
+    """A constant broadcast along one output axis only, as a vector of ``channels``."""
+    arr = np.asarray(value, np.float64)
+    shape = (1,) * (out_ndim - arr.ndim) + arr.shape
+    if len(shape) != out_ndim or any(s != 1 for d, s in enumerate(shape) if d != axis):
+        raise NotMappable(f"operand of shape {arr.shape} is not per-channel")
+    if shape[axis] not in (1, channels):
+        raise NotMappable(f"operand of shape {arr.shape} does not match {channels} channels")
+    return np.broadcast_to(arr.reshape(-1), (channels,)).copy()
+
+
+def lower_complex(func: tirx.PrimFunc, op: ComplexOp, prologue: Sequence[str],
+                  constant_args: set[int], out_shape: Sequence[int]) -> ComplexLowering:
+    """Map a call of a complex task (``constant_args``: parameter positions bound to
+    constants at that call). Raises :class:`NotMappable` with the reason."""
+    if op.data_arg is None or op.weight_arg is None:
+        raise NotMappable("an operand is computed inside the task")
+    spec = op.spec()
+    try:
+        wl = parse_workload(spec)
+    except ValueError as err:
+        raise NotMappable(f"workload not supported by altenv.ops ({err})") from None
+    params = list(func.params)
+    shape = [tuple(int(d) for d in p.ty.shape) for p in params]
+    if op.kind == "gmm":
+        pads: tuple[tuple[int, int], ...] = ((0, 0), (0, 0))
+        if prologue:
+            raise NotMappable(f"matmul prologue {list(prologue)}")
+        transposed = bool(op.params["trans_b"])
+        if transposed and op.weight_arg not in constant_args:
+            raise NotMappable("a transposed non-constant matmul weight")
+    else:
+        if op.kind.startswith("t") or not _plain_prologue(func, prologue):
+            raise NotMappable(f"{op.kind} with prologue {list(prologue)}")
+        if tuple(op.params["pad"]) != tuple(op.params["pad_after"]):
+            raise NotMappable("asymmetric padding")
+        pads = ((0, 0), (0, 0)) + tuple((p, p) for p in op.params["pad"])  # type: ignore
+        transposed = False
+    program = generate(wl)
+    logical = program.op.input_shapes()
+    unpadded = tuple(s - b - a for s, (b, a) in zip(logical["data"], pads))
+    want_weight = tuple(reversed(logical["weight"])) if transposed else logical["weight"]
+    if (shape[op.data_arg] != unpadded or shape[op.weight_arg] != want_weight
+            or tuple(out_shape) != program.op.out_shape()):
+        raise NotMappable(f"operand shapes {shape} differ from {spec}'s")
+    affine, residual, activation = _epilogue(func, op, constant_args, tuple(out_shape))
+    return ComplexLowering(spec, op.data_arg, op.weight_arg, transposed, affine, residual,
+                           activation, pads)
+
+
+def _plain_prologue(func: tirx.PrimFunc, prologue: Sequence[str]) -> bool:
+    """Whether the blocks before the complex block only pad or copy (a 1x1 conv's copy)."""
+    for name, blk in zip(prologue, get_blocks(func)):
+        if name == "pad":
+            continue
+        store = blk.body
+        ivars = [iv.var for iv in blk.iter_vars]
+        if name != "transform" or not isinstance(store, tirx.BufferStore) or \
+                not isinstance(store.value, ire.TensorLoad) or \
+                not _is_chain(store.value, store.value.source, ivars):
+            return False
+    return True
+
+
+def _epilogue(func: tirx.PrimFunc, op: ComplexOp, constant_args: set[int],
+              out_shape: tuple[int, ...]) -> tuple[tuple, int | None, tuple | None]:
+    """Read the blocks after the complex block as affine steps, a residual and an activation."""
+    blocks = get_blocks(func)
+    params = list(func.params)
+    pos = next(i for i, b in enumerate(blocks) if b.name_hint == op.block)
+    chain = blocks[pos].writes[0].source
+    affine: list[tuple[str, int | float]] = []
+    residual: int | None = None
+    activation: tuple | None = None
+    for blk in blocks[pos + 1:]:
+        store = blk.body
+        if activation is not None or not isinstance(store, tirx.BufferStore):
+            raise NotMappable(f"epilogue block {blk.name_hint} after the activation or opaque")
+        ivars = [iv.var for iv in blk.iter_vars]
+        activation = _activation(store.value, chain, ivars)
+        if activation is None:
+            step, operand = _binary(store.value, chain, ivars, params)
+            if isinstance(operand, int) and operand not in constant_args:
+                if step != "add" or residual is not None or \
+                        tuple(int(d) for d in params[operand].ty.shape) != out_shape:
+                    raise NotMappable(f"non-constant operand in epilogue step {step}")
+                residual = operand
+            elif residual is not None:
+                raise NotMappable(f"affine step {step} after the residual add")
+            else:
+                affine.append((step, operand))
+        chain = store.buffer
+    if not chain.same_as(params[-1]):
+        raise NotMappable("the epilogue does not end in the task's output")
+    return tuple(affine), residual, activation
+
+
+def _is_chain(expr: object, chain: object, ivars: list) -> bool:
+    return (isinstance(expr, ire.TensorLoad) and expr.source.same_as(chain)
+            and len(expr.indices) == len(ivars)
+            and all(i.same_as(v) for i, v in zip(expr.indices, ivars)))
+
+
+def _imm(expr: object) -> float | None:
+    return float(expr.value) if isinstance(expr, (pe.FloatImm, pe.IntImm)) else None
+
+
+def _activation(value: object, chain: object, ivars: list) -> tuple | None:
+    """``max(x, 0)`` -> relu; ``max(min(x, hi), lo)`` or ``min(max(x, lo), hi)`` -> clip."""
+    if not isinstance(value, (pe.Max, pe.Min)) or _imm(value.b) is None:
+        return None
+    if _is_chain(value.a, chain, ivars):
+        if isinstance(value, pe.Max) and _imm(value.b) == 0.0:
+            return ("relu",)
+        raise NotMappable("a one-sided min/max epilogue")
+    inner = value.a
+    if type(inner) is type(value) or not isinstance(inner, (pe.Max, pe.Min)) or \
+            _imm(inner.b) is None or not _is_chain(inner.a, chain, ivars):
+        raise NotMappable("an unrecognised min/max epilogue")
+    bounds = sorted((_imm(value.b), _imm(inner.b)))
+    return ("clip", bounds[0], bounds[1])
+
+
+def _binary(value: object, chain: object, ivars: list, params: list) -> tuple[str, int | float]:
+    """An ``add/sub/mul/div`` of the chain and a parameter or an immediate."""
+    step = AFFINE.get(type(value))
+    if step is None:
+        raise NotMappable(f"epilogue expression {type(value).__name__}")
+    if _is_chain(value.a, chain, ivars):
+        other = value.b
+    elif step in ("add", "mul") and _is_chain(value.b, chain, ivars):
+        other = value.a
+    else:
+        raise NotMappable(f"epilogue {step} with the result on the right")
+    imm = _imm(other)
+    if imm is not None:
+        return step, imm
+    if isinstance(other, ire.TensorLoad):
+        for k, p in enumerate(params):
+            if p.same_as(other.source):
+                return step, k
+    raise NotMappable(f"epilogue {step} operand is not a parameter")

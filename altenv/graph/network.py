@@ -1,0 +1,557 @@
+"""Whole-network build with per-task layouts and schedules (ALT's graph level, §4.2 and §6).
+
+:func:`plan_network` turns a :class:`TaskGraph` and template factors per complex task into a
+:class:`NetworkPlan`: the dataflow of the calls (complex ops mapped onto
+:mod:`altenv.ops`, spatial tasks that can be regenerated under layouts as elementwise ops,
+the rest as ``other``), the layouts chosen for every complex call (a convolution's data
+layout over its *unpadded* input is its pads followed by the template's layout) and the
+result of :func:`altenv.graph.propagation.propagate`.
+
+:func:`build_network` rewrites the Relax ``main`` from the plan and compiles it:
+
+* a complex call becomes a call of its layout-transformed PrimFunc (``altenv.ops.generate``),
+  with a decomposed batch norm / bias folded into its weights, which are transformed once,
+  at build time, into their physical layouts (ALT's offline weight conversion). Every
+  weight becomes a parameter of ``main``, so the VM is given the physical weights;
+* an elementwise or injective task is regenerated to read each input in its stored layout
+  and write its output in its propagated layout, including the padded, unfolded input
+  layout of a convolution it feeds (Fig. 5b: the producer converts, no extra operator);
+* every other read of a tensor in a layout it is not stored in becomes a call of a
+  conversion PrimFunc (``conversion_func``): the pad-and-convert producer of a
+  convolution's input, a conversion before an ``other`` task, and the conversion of the
+  network outputs back to their logical layout.
+
+Tasks that cannot be mapped keep their default schedule on logical tensors, with a warning.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import tvm
+import tvm.ir.expr as ire
+import tvm_ffi
+from tvm import relax, s_tir, tirx
+
+from altenv.graph.build import BuiltModel, compile_module
+from altenv.graph.lowering import ComplexLowering, NotMappable, lower_complex
+from altenv.graph.propagation import (
+    COMPLEX,
+    ELEMENTWISE,
+    OTHER,
+    Dataflow,
+    OpNode,
+    Propagation,
+    propagate,
+)
+from altenv.graph.regen import Regenerable
+from altenv.graph.tasks import TaskGraph
+from altenv.layout import Layout
+from altenv.layout.convert import conversion_func
+
+log = logging.getLogger(__name__)
+
+Scheduled = tirx.PrimFunc | s_tir.Schedule
+CALL_TIR = "relax.call_tir"
+
+
+def op_name(index: int) -> str:
+    """Dataflow name of call ``index``."""
+    return f"call{index}"
+
+
+def tensor_name(index: int) -> str:
+    """Dataflow name of the result of call ``index``."""
+    return f"t{index}"
+
+
+@dataclass
+class NetworkPlan:
+    """Layouts of a whole network, before the Relax rewrite.
+
+    Parameters
+    ----------
+    graph: the task graph.
+    args: each call's argument expressions in the original ``main``.
+    dataflow: the calls as a propagation dataflow (ops ``call<i>``, tensors ``t<i>``,
+        inputs ``in:<name>``, constant weights ``w<i>``).
+    factors: template factors of each mapped complex task.
+    layouts: the template layouts (``data`` over the padded input, ``weight``, ``out``) of
+        each mapped complex task.
+    chosen: the layouts handed to :func:`propagate`, per complex op.
+    propagation: its result.
+    lowerings: how each mapped complex call is generated.
+    regens: the regenerable tasks, by task name.
+    fallbacks: the reason each unmapped complex call keeps its original task.
+    """
+
+    graph: TaskGraph
+    args: list[list[Any]]
+    dataflow: Dataflow
+    factors: dict[str, dict[str, int]]
+    layouts: dict[str, dict[str, Layout]]
+    chosen: dict[str, dict[str, Layout]]
+    propagation: Propagation
+    lowerings: dict[int, ComplexLowering]
+    regens: dict[str, Regenerable]
+    fallbacks: dict[int, str] = field(default_factory=dict)
+
+    def program(self, task: str) -> tirx.PrimFunc:
+        """The layout-transformed PrimFunc of a mapped complex task, as it is tuned (a
+        residual read in the output's layout): the function a schedule in
+        :func:`build_network` is written for."""
+        call = next(i for i, c in enumerate(self.graph.calls)
+                    if c.task == task and i in self.lowerings)
+        return self.lowerings[call].func(self.layouts[task])
+
+    def mapped_tasks(self) -> list[str]:
+        """Complex tasks generated with layouts (at least one call mapped)."""
+        return list(self.layouts)
+
+
+def _call_args(main: relax.Function) -> list[list[Any]]:
+    """Argument expressions of every ``call_tir`` in ``main``, in binding order."""
+    out = []
+    for block in main.body.blocks:
+        for binding in block.bindings:
+            value = binding.value
+            if isinstance(value, ire.Call) and value.op.same_as(tvm.ir.Op.get(CALL_TIR)):
+                out.append(list(value.args[1].fields))
+    return out
+
+
+def _is_const(expr: Any) -> bool:
+    return isinstance(expr, ire.Constant)
+
+
+def plan_network(graph: TaskGraph, factors: Mapping[str, Mapping[str, int]] | None = None,
+                 ) -> NetworkPlan:
+    """Map the calls of ``graph``, choose layouts from ``factors`` (task name -> template
+    factors; absent tasks get the untiled template) and propagate them."""
+    factors = dict(factors or {})
+    unknown = set(factors) - set(graph.tasks)
+    if unknown:
+        raise KeyError(f"layouts for unknown tasks {sorted(unknown)}; complex tasks: "
+                       f"{[t.name for t in graph.complex_tasks()]}")
+    main = graph.mod["main"]
+    args = _call_args(main)
+    var_call = {}
+    inputs = {p: f"in:{p.name}" for p in main.params}
+    shapes: dict[str, tuple[int, ...]] = {
+        f"in:{p.name}": tuple(int(d) for d in p.ty.shape) for p in main.params}
+    index = 0
+    for block in main.body.blocks:
+        for binding in block.bindings:
+            value = binding.value
+            if isinstance(value, ire.Call) and value.op.same_as(tvm.ir.Op.get(CALL_TIR)):
+                var_call[binding.var] = tensor_name(index)
+                index += 1
+
+    def tensor_of(expr: Any) -> str | None:
+        return var_call.get(expr) or inputs.get(expr)
+
+    ops: list[OpNode] = []
+    constants: set[str] = set()
+    lowerings: dict[int, ComplexLowering] = {}
+    regens: dict[str, Regenerable] = {}
+    fallbacks: dict[int, str] = {}
+    task_factors: dict[str, dict[str, int]] = {}
+    task_layouts: dict[str, dict[str, Layout]] = {}
+    chosen: dict[str, dict[str, Layout]] = {}
+    for call, call_args in zip(graph.calls, args):
+        task = graph.tasks[call.task]
+        out = tensor_name(call.index)
+        shapes[out] = call.shape
+        tensors = [tensor_of(a) for a in call_args]
+        if task.op is not None:
+            try:
+                lowering = _lower(task, call_args, tensors, call.shape)
+            except NotMappable as err:
+                fallbacks[call.index] = str(err)
+                log.warning("task %s (call %d): %s; it keeps its default schedule on logical "
+                            "tensors", call.task, call.index, err)
+            else:
+                lowerings[call.index] = lowering
+                if call.task not in task_layouts:
+                    template = lowering.template()
+                    f = dict(factors.get(call.task) or template.default_factors())
+                    try:
+                        task_layouts[call.task] = template.layouts(f)
+                    except ValueError as err:
+                        raise ValueError(f"task {call.task} ({lowering.spec}): factors {f} "
+                                         f"give no layout: {err}") from None
+                    task_factors[call.task] = f
+                layouts = task_layouts[call.task]
+                data = tensors[lowering.data_arg]
+                shapes_data = shapes[data]  # type: ignore[index]
+                weight = tensors[lowering.weight_arg]
+                if weight is None:
+                    weight = f"w{call.index}"
+                    constants.add(weight)
+                    shapes[weight] = layouts["weight"].logical_shape
+                inputs_ = [data, weight]
+                if lowering.residual_arg is not None:
+                    inputs_.append(tensors[lowering.residual_arg])
+                ops.append(OpNode(op_name(call.index), COMPLEX, tuple(inputs_), out))
+                chosen[op_name(call.index)] = {
+                    "data": lowering.data_layout(shapes_data, layouts["data"]),
+                    "weight": layouts["weight"], "out": layouts["out"]}
+                continue
+        live = tuple(t for t in tensors if t is not None)
+        if task.op is None and call.task not in regens:
+            regen = Regenerable.of(task.func)
+            if regen is not None:
+                regens[call.task] = regen
+        kind = ELEMENTWISE if call.task in regens else OTHER
+        ops.append(OpNode(op_name(call.index), kind, live, out))
+    for name in factors:
+        if name not in task_layouts:
+            log.warning("layouts given for task %s, which is not generated with layouts", name)
+    dataflow = Dataflow(ops, shapes, frozenset(constants))
+    prop = propagate(dataflow, chosen)
+    return NetworkPlan(graph, args, dataflow, task_factors, task_layouts, chosen, prop,
+                       lowerings, regens, fallbacks)
+
+
+def _lower(task: Any, call_args: list[Any], tensors: list[str | None],
+           out_shape: tuple[int, ...]) -> ComplexLowering:
+    """:func:`lower_complex` for one call, checking which operands are dataflow tensors."""
+    consts = {k for k, a in enumerate(call_args) if _is_const(a)}
+    lowering = lower_complex(task.func, task.op, task.analysis.prologue, consts, out_shape)
+    if tensors[lowering.data_arg] is None:
+        raise NotMappable("the data operand is not a tensor of the network")
+    if lowering.weight_arg not in consts and tensors[lowering.weight_arg] is None:
+        raise NotMappable("the weight operand is neither a constant nor a network tensor")
+    if lowering.residual_arg is not None and tensors[lowering.residual_arg] is None:
+        raise NotMappable("the residual operand is not a tensor of the network")
+    if lowering.affine and lowering.weight_arg not in consts:
+        raise NotMappable("affine epilogue steps on a non-constant weight cannot be folded")
+    return lowering
+
+
+@dataclass(frozen=True)
+class InsertedConversion:
+    """A conversion call in the rewritten ``main``: ``tensor`` from ``src`` to ``dst``, first
+    needed by ``consumer`` (``"output"`` for a network output or another use outside the
+    tasks, ``"storage"`` for a producer that cannot write the propagated layout), computed by
+    ``func``."""
+
+    tensor: str
+    consumer: str
+    src: Layout
+    dst: Layout
+    func: str
+
+
+@dataclass
+class NetworkBuild:
+    """A compiled network with per-task layouts.
+
+    Parameters
+    ----------
+    plan: the layouts and their propagation.
+    mod: the rewritten module that was compiled.
+    built: the compiled executable and its VM.
+    param_names, params: ``main``'s weight parameters (after the inputs), in argument
+        order, holding the physical (pre-transformed) weights.
+    conversions: the conversion calls inserted into ``main``.
+    target: the target it was compiled for.
+    """
+
+    plan: NetworkPlan
+    mod: tvm.IRModule
+    built: BuiltModel
+    param_names: list[str]
+    params: list[np.ndarray]
+    conversions: list[InsertedConversion]
+    target: tvm.target.Target
+
+    def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        """Outputs (logical layouts) of the network on numpy ``inputs``."""
+        dev = self.built.device
+        weights = self._device_params()
+        out = self.built.vm["main"](*(tvm.runtime.tensor(x, dev) for x in inputs), *weights)
+        return _flatten(out)
+
+    def _device_params(self) -> list[tvm.runtime.Tensor]:
+        if not hasattr(self, "_dev_params"):
+            self._dev_params = [tvm.runtime.tensor(p, self.built.device) for p in self.params]
+        return self._dev_params
+
+    def time(self, inputs: list[np.ndarray], number: int = 10, repeat: int = 3) -> float:
+        """Median latency of ``main`` in seconds."""
+        dev = self.built.device
+        args = [tvm.runtime.tensor(x, dev) for x in inputs] + self._device_params()
+        timer = self.built.vm.time_evaluator("main", dev, number=number, repeat=repeat)
+        return float(timer(*args).median)
+
+
+def _flatten(value: Any) -> list[np.ndarray]:
+    if isinstance(value, tvm.runtime.Tensor):
+        return [value.numpy()]
+    return [a for v in value for a in _flatten(v)]
+
+
+def build_network(graph: TaskGraph, factors: Mapping[str, Mapping[str, int]] | None = None,
+                  schedules: Mapping[str, Scheduled] | None = None,
+                  target: str | dict | tvm.target.Target | None = None) -> NetworkBuild:
+    """Compile ``graph`` with the template ``factors`` of each complex task (default: untiled)
+    and ``schedules`` of their layout-transformed programs (:meth:`NetworkPlan.program`;
+    default schedules otherwise)."""
+    plan = plan_network(graph, factors)
+    return build_plan(plan, schedules, target)
+
+
+def build_plan(plan: NetworkPlan, schedules: Mapping[str, Scheduled] | None = None,
+               target: str | dict | tvm.target.Target | None = None) -> NetworkBuild:
+    """Rewrite ``main`` from ``plan`` and compile it."""
+    from altenv.target import make_target
+
+    tgt = make_target(target)
+    rewriter = _Rewriter(plan, dict(schedules or {}))
+    mod = rewriter.run()
+    built = compile_module(mod, tgt, rewriter.scheduled)
+    return NetworkBuild(plan, mod, built, rewriter.param_names, rewriter.param_values,
+                        rewriter.conversions, tgt)
+
+
+class _Rewriter:
+    """Builds the new ``main`` call by call, keeping each tensor's versions by layout."""
+
+    def __init__(self, plan: NetworkPlan, schedules: dict[str, Scheduled]) -> None:
+        self.plan = plan
+        self.schedules = schedules
+        unknown = set(schedules) - set(plan.layouts)
+        if unknown:
+            log.warning("schedules for tasks %s ignored: not generated with layouts",
+                        sorted(unknown))
+        graph = plan.graph
+        base = tvm.IRModule({gv: f for gv, f in graph.mod.functions.items()
+                             if gv.name_hint != "main"}, attrs=graph.mod.attrs)
+        self.bb = relax.BlockBuilder(base)
+        self.main = graph.mod["main"]
+        self.inputs = [relax.Var(p.name, p.ty) for p in self.main.params]
+        self.param_vars: list[relax.Var] = []
+        self.param_names: list[str] = []
+        self.param_values: list[np.ndarray] = []
+        self.const_params: dict[Any, relax.Var] = {}
+        self.versions: dict[str, dict[Layout, Any]] = {}
+        self.conversions: list[InsertedConversion] = []
+        self.conv_funcs: dict[tuple[Layout, Layout, str], tvm.ir.GlobalVar] = {}
+        self.funcs: dict[Any, tvm.ir.GlobalVar] = {}
+        self.scheduled: set[str] = set()
+        self.remap: dict[Any, Any] = dict(zip(self.main.params, self.inputs))
+        self.var_tensor: dict[Any, str] = {}
+
+    # ------------------------------------------------------------------ driver
+    def run(self) -> tvm.IRModule:
+        index = 0
+        call_tir = tvm.ir.Op.get(CALL_TIR)
+        with self.bb.function("main", attrs={"num_input": len(self.inputs)}):
+            with self.bb.dataflow():
+                for p, var in zip(self.main.params, self.inputs):
+                    name = f"in:{p.name}"
+                    self.versions[name] = {canonical(Layout(self.plan.dataflow.shapes[name])): var}
+                    self.var_tensor[p] = name
+                    self._materialize(name)
+                for block in self.main.body.blocks:
+                    for binding in block.bindings:
+                        value = binding.value
+                        if isinstance(value, ire.Call) and value.op.same_as(call_tir):
+                            self._call(index)
+                            self.var_tensor[binding.var] = tensor_name(index)
+                            index += 1
+                        else:
+                            self.remap[binding.var] = self.bb.emit(self._logical(value))
+                out = self.bb.emit_output(self._logical(self.main.body.body))
+            self.bb.emit_func_output(out, params=self.inputs + self.param_vars)
+        mod = self.bb.get()
+        return relax.transform.DeadCodeElimination(["main"])(mod)
+
+    # ------------------------------------------------------------ tensors
+    def _storage(self, tensor: str) -> Layout:
+        return canonical(self.plan.propagation.layout_of(tensor, self.plan.dataflow.shapes))
+
+    def _materialize(self, tensor: str) -> None:
+        """A producer that wrote the logical layout: convert to the propagated storage."""
+        storage = self._storage(tensor)
+        if storage not in self.versions[tensor]:
+            self._get(tensor, storage, "storage")
+
+    def _get(self, tensor: str, layout: Layout, consumer: str) -> Any:
+        """``tensor`` in ``layout``, converting (once) from its stored version."""
+        have = self.versions[tensor]
+        layout = canonical(layout)
+        if layout in have:
+            return have[layout]
+        storage = self._storage(tensor)
+        src = storage if storage in have else next(iter(have))
+        dtype = str(have[src].ty.dtype)
+        key = (src, layout, dtype)
+        if key not in self.conv_funcs:
+            func = conversion_func(src, layout, dtype).without_attr("global_symbol")
+            self.conv_funcs[key] = self.bb.add_func(_noalias(func), "layout_convert")
+        gvar = self.conv_funcs[key]
+        var = self.bb.emit(relax.call_tir(gvar, [have[src]], relax.TensorType(
+            list(layout.shape), dtype)), "convert")
+        have[layout] = var
+        self.conversions.append(InsertedConversion(tensor, consumer, src, layout, gvar.name_hint))
+        return var
+
+    def _logical(self, expr: Any, consumer: str = "output") -> Any:
+        """``expr`` of the original ``main`` over the new variables, tensors logical."""
+        if isinstance(expr, ire.Var):
+            tensor = self.var_tensor.get(expr)
+            if tensor is not None:
+                return self._get(tensor, Layout(self.plan.dataflow.shapes[tensor]), consumer)
+            return self.remap[expr]
+        if isinstance(expr, ire.Tuple):
+            return relax.Tuple([self._logical(f, consumer) for f in expr.fields])
+        if isinstance(expr, ire.TupleGetItem):
+            return relax.TupleGetItem(self._logical(expr.tuple_value, consumer), expr.index)
+        if _is_const(expr):
+            return self._param(expr)
+        raise NotImplementedError(f"network build: a {type(expr).__name__} binding in main "
+                                  "outside call_tir is not supported")
+
+    def _param(self, const: Any) -> Any:
+        """A constant of the original ``main`` as a weight parameter (scalars stay inline)."""
+        if len(const.ty.shape) == 0:
+            return const
+        if const not in self.const_params:
+            self.const_params[const] = self._new_param(f"const{len(self.const_params)}",
+                                                       const.value.numpy())
+        return self.const_params[const]
+
+    def _new_param(self, name: str, value: np.ndarray) -> relax.Var:
+        value = np.ascontiguousarray(value)
+        var = relax.Var(name, relax.TensorType(list(value.shape), str(value.dtype)))
+        self.param_vars.append(var)
+        self.param_names.append(name)
+        self.param_values.append(value)
+        return var
+
+    # --------------------------------------------------------------- calls
+    def _call(self, index: int) -> None:
+        plan = self.plan
+        call = plan.graph.calls[index]
+        op = plan.dataflow.op(op_name(index))
+        out = tensor_name(index)
+        if index in plan.lowerings:
+            gvar, args, layout = self._complex(index)
+        elif op.kind == ELEMENTWISE:
+            gvar, args, layout = self._elementwise(index)
+        else:
+            gvar = self.bb.get().get_global_var(call.task)
+            args = [self._read(index, a, None) for a in plan.args[index]]
+            layout = Layout(call.shape)
+        var = self.bb.emit(relax.call_tir(gvar, args, relax.TensorType(list(layout.shape),
+                                                                       call.dtype)), "lv")
+        self.versions[out] = {canonical(layout): var}
+        self._materialize(out)
+
+    def _read(self, index: int, arg: Any, layout: Layout | None) -> Any:
+        """Argument ``arg`` of call ``index`` in ``layout`` (``None``: propagation's choice
+        for a network tensor, constants and others as they are)."""
+        if _is_const(arg):
+            return self._param(arg)
+        tensor = self.var_tensor.get(arg)
+        if tensor is None:
+            return self.remap[arg]
+        name = op_name(index)
+        want = layout or self.plan.propagation.read_layout(name, tensor,
+                                                           self.plan.dataflow.shapes)
+        if self.plan.dataflow.op(name).kind == OTHER:
+            want = Layout(self.plan.dataflow.shapes[tensor])
+        return self._get(tensor, want, name)
+
+    def _complex(self, index: int) -> tuple[tvm.ir.GlobalVar, list[Any], Layout]:
+        plan = self.plan
+        call = plan.graph.calls[index]
+        lowering = plan.lowerings[index]
+        call_args = plan.args[index]
+        name = op_name(index)
+        layouts = dict(plan.layouts[call.task])
+        chosen = plan.chosen[name]
+        args = [self._read(index, call_args[lowering.data_arg], chosen["data"])]
+        weight_expr = call_args[lowering.weight_arg]
+        bias = None
+        if _is_const(weight_expr):
+            consts = {k: a.value.numpy() for k, a in enumerate(call_args) if _is_const(a)}
+            weight, bias = lowering.fold(consts[lowering.weight_arg], consts, 1, len(call.shape))
+            args.append(self._new_param(f"w{index}", layouts["weight"].apply(weight)))
+        else:
+            args.append(self._read(index, weight_expr, None))
+        if bias is not None:
+            args.append(self._new_param(f"b{index}", bias))
+        if lowering.residual_arg is not None:
+            res = self.var_tensor[call_args[lowering.residual_arg]]
+            layouts["residual"] = plan.propagation.read_layout(name, res, plan.dataflow.shapes)
+            args.append(self._read(index, call_args[lowering.residual_arg],
+                                   layouts["residual"]))
+        key = (call.task, lowering.epilogue, lowering.activation,
+               layouts.get("residual", layouts["out"]))
+        if key not in self.funcs:
+            func = self._schedule(call.task, lowering.func(layouts))
+            self.funcs[key] = self.bb.add_func(_noalias(func), f"alt_{call.task}")
+            if call.task in self.schedules:
+                self.scheduled.add(self.funcs[key].name_hint)
+        return self.funcs[key], args, layouts["out"]
+
+    def _schedule(self, task: str, func: tirx.PrimFunc) -> tirx.PrimFunc:
+        """``func`` with the task's schedule: as given when ``func`` is the tuned program,
+        else replayed from the schedule's trace (a variant reading its residual in another
+        layout); the default schedule, with a warning, when neither works."""
+        given = self.schedules.get(task)
+        if given is None:
+            return func
+        if tvm_ffi.structural_equal(func, self.plan.program(task)):
+            scheduled = given.mod["main"] if isinstance(given, s_tir.Schedule) else given
+            return scheduled.without_attr("global_symbol") if scheduled.attrs is not None \
+                and "global_symbol" in scheduled.attrs else scheduled
+        if isinstance(given, s_tir.Schedule):
+            sch = s_tir.Schedule(func)
+            try:
+                given.trace.apply_to_schedule(sch, remove_postproc=False)
+                return sch.mod["main"]
+            except RuntimeError as err:
+                log.warning("task %s: schedule does not replay on a variant (%s); default "
+                            "schedule", task, str(err).splitlines()[0])
+        else:
+            log.warning("task %s: a variant of its program (residual layout) has no schedule; "
+                        "default schedule", task)
+        return func
+
+    def _elementwise(self, index: int) -> tuple[tvm.ir.GlobalVar, list[Any], Layout]:
+        plan = self.plan
+        call = plan.graph.calls[index]
+        regen = plan.regens[call.task]
+        args, layouts = [], {}
+        for k, arg in enumerate(plan.args[index]):
+            args.append(self._read(index, arg, None))
+            tensor = None if _is_const(arg) else self.var_tensor.get(arg)
+            if tensor is not None:
+                layout = plan.propagation.read_layout(op_name(index), tensor,
+                                                      plan.dataflow.shapes)
+                if layout.primitives:
+                    layouts[k] = layout
+        out_layout = self._storage(tensor_name(index))
+        key = (call.task, tuple(sorted(layouts.items(), key=lambda kv: kv[0])), out_layout)
+        if key not in self.funcs:
+            func = regen.func(layouts, out_layout)
+            self.funcs[key] = self.bb.add_func(_noalias(func), call.task)
+        return self.funcs[key], args, out_layout
+
+
+def canonical(layout: Layout) -> Layout:
+    """``layout`` without dimension names (layouts that store data alike compare equal)."""
+    data = layout.to_json()
+    return Layout.from_json({"shape": data["shape"], "primitives": data["primitives"]})
+
+
+def _noalias(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    return func.with_attr("tirx.noalias", True)
