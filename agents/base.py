@@ -1,9 +1,10 @@
 """The agent protocol and registry.
 
 An agent proposes batches of joint-space candidates and observes measured latencies.
-The tuning loop (``altenv.tuning.tune``) ranks each proposed batch with the cost model,
-measures the top-k and reports those back. A config names an agent by its registered
-name (``"random"``) or as ``"my_module:MyAgent"``.
+The default tuning loop ranks each proposed batch with the cost model, measures the
+top-k and reports those back; an agent may instead override ``run`` and drive the
+environments itself (the PPO agent does, through stable-baselines3). A config names an
+agent by its registered name (``"random"``) or as ``"my_module:MyAgent"``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from altenv.tuning.loop import Budget, propose_and_measure
 from altenv.tuning.session import TuningSession
 from altenv.tuning.task import Candidate, Factors
 
@@ -38,8 +40,19 @@ class Agent(ABC):
                 latencies: Sequence[float]) -> None:
         """Measured median latencies (s, ``inf`` for failures) of proposed candidates."""
 
+    def run(self, session: TuningSession, budget: Budget, batch: int, top_k: int,
+            report: Callable[[TuningSession], None]) -> None:
+        """Tune until the budget is spent. The default asks :meth:`propose` for batches and
+        measures the cost model's ``top_k`` of each; agents that drive environments
+        themselves (e.g. SB3 algorithms) override this and call ``report(session)`` after
+        measurements. The session refuses trials past the budget."""
+        self.setup(session)
+        propose_and_measure(session, self, budget, batch, top_k, report)
+
 
 _REGISTRY: dict[str, Callable[..., Agent]] = {}
+_BUILTIN = {"random": "agents.random:RandomAgent", "ppo": "agents.ppo:PPOAgent"}
+"""Built-in agents, imported on first use (PPO pulls in stable-baselines3)."""
 
 
 def register(name: str) -> Callable[[type[Agent]], type[Agent]]:
@@ -54,7 +67,8 @@ def register(name: str) -> Callable[[type[Agent]], type[Agent]]:
 
 
 def available() -> list[str]:
-    return sorted(_REGISTRY)
+    """Registered agent names, built-ins included."""
+    return sorted(set(_REGISTRY) | set(_BUILTIN))
 
 
 def agent_class(spec: str) -> Callable[..., Agent]:
@@ -68,6 +82,8 @@ def agent_class(spec: str) -> Callable[..., Agent]:
         if not (isinstance(cls, type) and issubclass(cls, Agent)):
             raise ValueError(f"agent: {spec!r} is not a subclass of agents.base.Agent")
         return cls
+    if spec not in _REGISTRY and spec in _BUILTIN:
+        importlib.import_module(_BUILTIN[spec].partition(":")[0])  # registers itself
     if spec not in _REGISTRY:
         raise ValueError(f"agent: unknown agent {spec!r}; allowed: {', '.join(available())} "
                          "or 'module:Class'")

@@ -1,4 +1,4 @@
-"""The ``altenv`` command line: ``demo``, ``tune``."""
+"""The ``altenv`` command line: ``demo``, ``tune``, ``train``."""
 
 from __future__ import annotations
 
@@ -33,6 +33,17 @@ def _tune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _train(args: argparse.Namespace) -> int:
+    from .config import TrainConfig, load_config
+    from .run import train_workloads
+
+    cfg = load_config(args.config, TrainConfig, output_dir=args.output_dir, seed=args.seed)
+    checkpoint = train_workloads(cfg, progress=not args.quiet)
+    print(f"trained agent saved to {checkpoint}; use it with\n  agent: {{name: "
+          f"{cfg.agent.name}, options: {{checkpoint: {checkpoint}}}}}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="altenv", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -49,6 +60,13 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--seed", type=int)
     tune.add_argument("--quiet", action="store_true", help="no progress bar")
     tune.set_defaults(func=_tune)
+
+    train = sub.add_parser("train", help="pretrain an agent over a list of workloads")
+    train.add_argument("config", help="YAML train config with 'workloads:' (see configs/)")
+    train.add_argument("--output-dir", help="where runs go (default runs/)")
+    train.add_argument("--seed", type=int)
+    train.add_argument("--quiet", action="store_true", help="no progress bar")
+    train.set_defaults(func=_train)
     return parser
 
 

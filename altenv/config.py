@@ -62,12 +62,10 @@ class SearchConfig(Strict):
     check: bool = True
 
 
-class RunConfig(Strict):
-    """One tuning run (``altenv tune CONFIG``)."""
+class _Run(Strict):
+    """What every run shares: where it goes, the target, budget, agent and measurement."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
-    workload: str | None = None
-    model: str | None = None
     epilogue: list[Literal["bias", "residual", "relu"]] = Field(default_factory=list)
     target: str | dict[str, Any] = "cpu"
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
@@ -82,14 +80,27 @@ class RunConfig(Strict):
     def _agent_shorthand(cls, value: Any) -> Any:
         return {"name": value} if isinstance(value, str) else value
 
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.output_dir) / self.name
+
+
+def _spec(value: str) -> str:
+    from .ops import parse_workload
+
+    return str(parse_workload(value))
+
+
+class RunConfig(_Run):
+    """One tuning run (``altenv tune CONFIG``)."""
+
+    workload: str | None = None
+    model: str | None = None
+
     @field_validator("workload")
     @classmethod
     def _workload(cls, value: str | None) -> str | None:
-        if value is not None:
-            from .ops import parse_workload
-
-            return str(parse_workload(value))
-        return value
+        return None if value is None else _spec(value)
 
     @model_validator(mode="after")
     def _one_source(self) -> RunConfig:
@@ -98,9 +109,18 @@ class RunConfig(Strict):
                              "(a zoo name, an .onnx file or file.py:factory)")
         return self
 
-    @property
-    def run_dir(self) -> Path:
-        return Path(self.output_dir) / self.name
+
+class TrainConfig(_Run):
+    """Pretraining (``altenv train CONFIG``): one agent tunes each workload in turn with
+    ``budget`` trials apiece and is saved for later runs (ALT §7.3.1, PPO-Pret)."""
+
+    workloads: list[str] = Field(min_length=1)
+    agent: AgentConfig = Field(default_factory=lambda: AgentConfig(name="ppo"))
+
+    @field_validator("workloads")
+    @classmethod
+    def _workloads(cls, value: list[str]) -> list[str]:
+        return [_spec(w) for w in value]
 
 
 def _one_line(err: ValidationError, source: str) -> str:
@@ -110,9 +130,10 @@ def _one_line(err: ValidationError, source: str) -> str:
     return f"config {source}: {loc}: {msg}"
 
 
-def load_config(path: str | Path | None = None, **overrides: Any) -> RunConfig:
+def load_config(path: str | Path | None = None, schema: type[BaseModel] = RunConfig,
+                **overrides: Any) -> Any:
     """Read a YAML config (or none), apply ``overrides`` (dotted keys allowed, ``None``
-    values ignored) and validate."""
+    values ignored) and validate it against ``schema``."""
     data: dict[str, Any] = {}
     source = str(path) if path is not None else "(command line)"
     if path is not None:
@@ -133,6 +154,6 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> RunConfig:
             node = node.setdefault(p, {})
         node[leaf] = value
     try:
-        return RunConfig.model_validate(data)
+        return schema.model_validate(data)
     except ValidationError as err:
         raise ConfigError(_one_line(err, source)) from None

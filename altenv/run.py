@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from .config import ConfigError, RunConfig
+from .config import ConfigError, RunConfig, TrainConfig
 from .records import RecordDB, plain_json
 
 
@@ -39,28 +39,41 @@ class RunResult:
     max_rel_err: float
 
 
-def _check_same_run(cfg: RunConfig) -> int:
-    """Records already in the run directory (0 for a new run); refuses to mix runs."""
+IDENTITY = ("workload", "workloads", "model", "epilogue", "target")
+"""Config keys a resumed run must share with the run on disk."""
+
+
+def _open_run(cfg: RunConfig | TrainConfig) -> int:
+    """Create or reopen the run directory; returns the records already there (0 for a new
+    run) and refuses to mix a different run into it."""
     saved = cfg.run_dir / "config.yaml"
-    if not saved.exists():
-        return 0
-    old = yaml.safe_load(saved.read_text()) or {}
-    for key in ("workload", "model", "epilogue", "target"):
-        mine = cfg.model_dump(mode="json")[key]
-        if old.get(key) != mine:
-            raise ConfigError(f"config: {cfg.run_dir} holds a run with {key}={old.get(key)!r}, "
-                              f"not {mine!r}; pick another name or output_dir")
+    mine = cfg.model_dump(mode="json")
+    if saved.exists():
+        old = yaml.safe_load(saved.read_text()) or {}
+        for key in IDENTITY:
+            if old.get(key) != mine.get(key):
+                raise ConfigError(f"config: {cfg.run_dir} holds a run with {key}="
+                                  f"{old.get(key)!r}, not {mine.get(key)!r}; pick another "
+                                  "name or output_dir")
+    cfg.run_dir.mkdir(parents=True, exist_ok=True)
+    saved.write_text(yaml.safe_dump(mine, sort_keys=False))
     records = cfg.run_dir / "records.jsonl"
-    return sum(1 for _ in records.open()) if records.exists() else 0
+    previous = sum(1 for _ in records.open()) if records.exists() else 0
+    print(f"{'resuming' if previous else 'new'} run {cfg.run_dir}"
+          + (f" ({previous} records)" if previous else ""))
+    return previous
 
 
-def _make_agent(cfg: RunConfig) -> Any:
+def _make_agent(cfg: RunConfig | TrainConfig, **defaults: Any) -> Any:
+    """The configured agent; ``seed`` and the given defaults fill options it accepts."""
     import agents
 
     options = dict(cfg.agent.options)
     cls = agents.agent_class(cfg.agent.name)
-    if "seed" in inspect.signature(cls).parameters:
-        options.setdefault("seed", cfg.seed)
+    accepted = inspect.signature(cls).parameters
+    for key, value in {"seed": cfg.seed, **defaults}.items():
+        if key in accepted:
+            options.setdefault(key, value)
     return cls(**options)
 
 
@@ -89,12 +102,7 @@ def tune_workload(cfg: RunConfig, progress: bool = True) -> RunResult:
     from .ops import run_numpy
     from .tuning import Budget, OpTask, TuningSession, tune
 
-    previous = _check_same_run(cfg)
-    cfg.run_dir.mkdir(parents=True, exist_ok=True)
-    (cfg.run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"),
-                                                            sort_keys=False))
-    print(f"{'resuming' if previous else 'new'} run {cfg.run_dir}"
-          + (f" ({previous} records)" if previous else ""))
+    previous = _open_run(cfg)
     task = OpTask(cfg.workload, cfg.target, cfg.epilogue, cfg.search.levels)
     budget = Budget(cfg.budget.joint, cfg.budget.loop_only)
     start = time.perf_counter()
@@ -103,7 +111,8 @@ def tune_workload(cfg: RunConfig, progress: bool = True) -> RunResult:
             RecordDB(cfg.run_dir / "records.jsonl") as db:
         session = TuningSession(task, measurer, db, CostModel(seed=cfg.seed),
                                 check=cfg.search.check)
-        tune(session, _make_agent(cfg), budget, batch=cfg.search.batch, top_k=cfg.search.top_k,
+        agent = _make_agent(cfg, tensorboard_log=str(cfg.run_dir / "tb"))
+        tune(session, agent, budget, batch=cfg.search.batch, top_k=cfg.search.top_k,
              progress=progress, callbacks=[log])
         log.close()
         session.cost_model.save(cfg.run_dir / "costmodel.npz")
@@ -139,3 +148,37 @@ def tune_workload(cfg: RunConfig, progress: bool = True) -> RunResult:
                                      for k, v in session.seconds.items()}}
     (cfg.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     return result
+
+
+def train_workloads(cfg: TrainConfig, progress: bool = True) -> Path:
+    """Pretrain ``cfg.agent`` by tuning each workload in turn; the agent is saved to
+    ``<run>/checkpoint`` after every workload, so a killed run resumes with its models and
+    records. Returns the checkpoint directory (``agent: {name: ppo, options:
+    {checkpoint: ...}}`` loads it)."""
+    from .costmodel import CostModel
+    from .measure import create
+    from .tuning import Budget, OpTask, TuningSession, tune
+
+    _open_run(cfg)
+    checkpoint = cfg.run_dir / "checkpoint"
+    agent = _make_agent(cfg, tensorboard_log=str(cfg.run_dir / "tb"),
+                        checkpoint=str(checkpoint) if checkpoint.exists() else None)
+    if not hasattr(agent, "save"):
+        raise ConfigError(f"config: agent {cfg.agent.name!r} has nothing to train (no save()); "
+                          "use an agent such as 'ppo'")
+    cost_model = CostModel(seed=cfg.seed)
+    budget = Budget(cfg.budget.joint, cfg.budget.loop_only)
+    with create(None, cfg.measure, cfg.target) as measurer, \
+            RecordDB(cfg.run_dir / "records.jsonl") as db:
+        for spec in cfg.workloads:
+            task = OpTask(spec, cfg.target, cfg.epilogue, cfg.search.levels)
+            session = TuningSession(task, measurer, db, cost_model, check=cfg.search.check)
+            if session.trials >= budget.total:
+                continue
+            best = tune(session, agent, budget, batch=cfg.search.batch, top_k=cfg.search.top_k,
+                        progress=progress)
+            agent.save(checkpoint)
+            print(f"{task.key}: best {best * 1e3:.4g} ms after {session.trials} trials")
+        cost_model.save(cfg.run_dir / "costmodel.npz")
+    agent.save(checkpoint)
+    return checkpoint

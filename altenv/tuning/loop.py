@@ -39,22 +39,45 @@ class Budget:
 
 
 def tune(session: TuningSession, agent: Agent, budget: Budget, batch: int = 128,
-         top_k: int = 8, progress: bool = True, max_stalls: int = 5,
+         top_k: int = 8, progress: bool = True,
          callbacks: Sequence[Callable[[TuningSession], None]] = ()) -> float:
     """Run ``agent`` on ``session`` until ``budget`` trials are measured; returns the best
-    latency (s). Resumed sessions continue where their records stop. Gives up after
-    ``max_stalls`` batches in a row that offer nothing new to measure. ``callbacks`` are
-    called with the session after each measured batch (logging, checkpoints)."""
-    agent.setup(session)
+    latency (s). Resumed sessions continue where their records stop; the session never
+    measures past the budget. ``callbacks`` are called with the session after each
+    measured batch (logging, checkpoints)."""
+    session.limit = budget.total
     bar = tqdm(total=budget.total, initial=min(session.trials, budget.total),
                desc=session.task.key[:40], unit="trial", disable=not progress)
+    done = [session.trials]
+
+    def report(s: TuningSession) -> None:
+        best = s.best[1]
+        stage = "joint" if s.trials <= budget.joint else "loop"
+        bar.set_postfix(stage=stage, best_ms=f"{best * 1e3:.4g}" if math.isfinite(best) else "-")
+        bar.update(s.trials - done[0])
+        done[0] = s.trials
+        for callback in callbacks:
+            callback(s)
+
+    try:
+        agent.run(session, budget, batch=batch, top_k=top_k, report=report)
+    finally:
+        bar.close()
+    return session.best[1]
+
+
+def propose_and_measure(session: TuningSession, agent: Agent, budget: Budget, batch: int,
+                        top_k: int, report: Callable[[TuningSession], None],
+                        max_stalls: int = 5) -> None:
+    """The default agent loop: ask for a batch (a fixed best layout in the loop-only
+    stage), measure the cost model's top-k of it, tell the agent. Gives up after
+    ``max_stalls`` batches in a row that offer nothing new to measure."""
     stalls = 0
     while session.trials < budget.total and stalls < max_stalls:
         best_cand, _ = session.best
         joint = session.trials < budget.joint or best_cand is None
-        layout = None if joint else best_cand.factors
         start = time.perf_counter()
-        candidates = agent.propose(session, batch, layout)
+        candidates = agent.propose(session, batch, None if joint else best_cand.factors)
         session.seconds["search"] += time.perf_counter() - start
         k = min(top_k, budget.total - session.trials)
         chosen = [candidates[i] for i in session.select(candidates, k)]
@@ -62,14 +85,6 @@ def tune(session: TuningSession, agent: Agent, budget: Budget, batch: int = 128,
             stalls += 1
             continue
         stalls = 0
-        before = session.trials
         latencies = session.measure(chosen)
         agent.observe(chosen, latencies)
-        best = session.best[1]
-        bar.set_postfix(stage="joint" if joint else "loop", best_ms=f"{best * 1e3:.4g}"
-                        if math.isfinite(best) else "-")
-        bar.update(session.trials - before)
-        for callback in callbacks:
-            callback(session)
-    bar.close()
-    return session.best[1]
+        report(session)

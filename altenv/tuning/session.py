@@ -47,6 +47,7 @@ class TuningSession:
         self.db = db
         self.cost_model = cost_model or CostModel()
         self.check = check
+        self.limit: int | None = None  # at most this many trials, whoever asks
         self.history: list[float] = []  # best latency after each trial
         self.seconds: dict[str, float] = dict.fromkeys(
             ("search", "cost_model", "build", "run", "measure_wall"), 0.0)
@@ -139,11 +140,19 @@ class TuningSession:
             chosen.append(int(i))
         return chosen
 
+    @property
+    def remaining(self) -> int | None:
+        """Trials left under :attr:`limit` (``None``: no limit)."""
+        return None if self.limit is None else max(self.limit - self.trials, 0)
+
     def measure(self, candidates: Sequence[Candidate]) -> list[float]:
-        """Median latency (s) of each candidate, ``inf`` where it failed; candidates
-        measured before are answered from the records, not measured again."""
+        """Median latency (s) of each candidate, ``inf`` where it failed or the trial
+        :attr:`limit` left it unmeasured; candidates measured before are answered from the
+        records, not measured again."""
         new = [c for c in dict.fromkeys(candidates)
                if c not in self._latency and self.schedule(c) is not None]
+        if self.remaining is not None:
+            new = new[:self.remaining]
         if new:
             self._measure_new(new)
         return [self._latency.get(c, math.inf) for c in candidates]
