@@ -37,3 +37,20 @@ def make_target(spec: str | dict[str, Any] | tvm.target.Target | None) -> tvm.ta
         f"target: unsupported value {spec!r}; allowed: 'cpu' (this host), 'cuda', "
         "or a TVM target dict"
     )
+
+
+def target_cores(target: tvm.target.Target) -> int:
+    """The target's ``num-cores`` (this process's CPUs when unset)."""
+    cores = target.attrs.get("num-cores")
+    return int(cores) if cores else len(os.sched_getaffinity(0))
+
+
+def use_tvm_threads(num_threads: int) -> None:
+    """Make TVM's CPU thread pool use ``num_threads`` threads, here and in worker processes
+    started afterwards (they inherit ``TVM_NUM_THREADS``).
+
+    Without it TVM runs ``hardware_concurrency / 2`` threads on x86 (it assumes SMT): a
+    single thread on a 2-vCPU machine, while torch uses both.
+    """
+    os.environ["TVM_NUM_THREADS"] = str(num_threads)
+    tvm.get_global_func("runtime.config_threadpool")(1, num_threads)

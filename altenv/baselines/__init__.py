@@ -9,7 +9,6 @@ from .base import (
     check_baseline,
     compare,
     count_measurements,
-    use_tvm_threads,
 )
 from .network import (
     torch_module_baseline,
@@ -41,6 +40,5 @@ __all__ = [
     "tune_tir_baseline",
     "untuned_relax_baseline",
     "untuned_tir_baseline",
-    "use_tvm_threads",
     "weight_names",
 ]

@@ -6,18 +6,17 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-import tvm
 from tvm.s_tir.meta_schedule.database import Database
 from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, LocalRunner
 from tvm.target import Target
 
 from ..measure import MeasureConfig, PersistentBuilder, WrongResultError
 from ..measure.check import max_relative_error
+from ..target import target_cores, use_tvm_threads
 from .timing import TimingStats, time_interleaved
 
 #: MetaSchedule stores this run time for a candidate that failed to build or run.
@@ -114,23 +113,6 @@ def compare(
     for baseline in baselines:
         check_baseline(baseline, expected, rtol)
     return time_interleaved({b.name: b.run for b in baselines}, rounds=rounds, inner=inner)
-
-
-def target_cores(target: Target) -> int:
-    """The target's ``num-cores`` (this process's CPUs when unset)."""
-    cores = target.attrs.get("num-cores")
-    return int(cores) if cores else len(os.sched_getaffinity(0))
-
-
-def use_tvm_threads(num_threads: int) -> None:
-    """Make TVM's CPU thread pool use ``num_threads`` threads, here and in worker processes
-    started afterwards (they inherit ``TVM_NUM_THREADS``).
-
-    Without it TVM runs ``hardware_concurrency / 2`` threads on x86 (it assumes SMT): a
-    single thread on a 2-vCPU machine, while torch uses both.
-    """
-    os.environ["TVM_NUM_THREADS"] = str(num_threads)
-    tvm.get_global_func("runtime.config_threadpool")(1, num_threads)
 
 
 @contextlib.contextmanager

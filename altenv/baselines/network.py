@@ -19,7 +19,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.search_strategy import SearchStrategy
 
 from ..measure import MeasureConfig
-from ..target import make_target
+from ..target import make_target, target_cores, use_tvm_threads
 from .base import (
     Baseline,
     NoValidMeasurementsError,
@@ -27,8 +27,6 @@ from .base import (
     count_measurements,
     mean_run_seconds,
     metaschedule_session,
-    target_cores,
-    use_tvm_threads,
 )
 from .operator import TargetSpec
 

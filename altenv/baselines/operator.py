@@ -19,7 +19,7 @@ from ..measure import MeasureConfig, as_module
 from ..measure.check import random_array
 from ..ops import OpProgram
 from ..ops.operators import Conv, MatMul, TransposedConv
-from ..target import make_target
+from ..target import make_target, target_cores, use_tvm_threads
 from .base import (
     Baseline,
     NoValidMeasurementsError,
@@ -27,8 +27,6 @@ from .base import (
     count_measurements,
     mean_run_seconds,
     metaschedule_session,
-    target_cores,
-    use_tvm_threads,
 )
 
 TargetSpec = str | dict[str, Any] | tvm.target.Target | None

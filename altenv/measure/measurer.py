@@ -26,7 +26,7 @@ from tvm.s_tir.meta_schedule.runner import (
 )
 from tvm.target import Target
 
-from ..target import make_target
+from ..target import make_target, target_cores, use_tvm_threads
 from .builder import PersistentBuilder
 from .config import MeasureConfig
 from .result import MeasureCandidate, MeasureResult
@@ -61,6 +61,8 @@ class Measurer(ABC):
         self.config = config or MeasureConfig()
         self.target = make_target(target)
         self.device_type = device_type(self.target)
+        if self.device_type == "cpu":  # runner workers inherit the thread count
+            use_tvm_threads(target_cores(self.target))
         self.evaluator_config = EvaluatorConfig(
             number=self.config.number,
             repeat=self.config.repeat,
