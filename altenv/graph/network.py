@@ -269,6 +269,8 @@ class NetworkBuild:
     params: list[np.ndarray]
     conversions: list[InsertedConversion]
     target: tvm.target.Target
+    _device_weights: list[tvm.runtime.Tensor] | None = field(default=None, init=False,
+                                                             repr=False)
 
     def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         """Outputs (logical layouts) of the network on numpy ``inputs``."""
@@ -278,9 +280,10 @@ class NetworkBuild:
         return _flatten(out)
 
     def _device_params(self) -> list[tvm.runtime.Tensor]:
-        if not hasattr(self, "_dev_params"):
-            self._dev_params = [tvm.runtime.tensor(p, self.built.device) for p in self.params]
-        return self._dev_params
+        if self._device_weights is None:
+            self._device_weights = [tvm.runtime.tensor(p, self.built.device)
+                                    for p in self.params]
+        return self._device_weights
 
     def time(self, inputs: list[np.ndarray], number: int = 10, repeat: int = 3) -> float:
         """Median latency of ``main`` in seconds."""
