@@ -30,6 +30,11 @@ def _tune(args: argparse.Namespace) -> int:
     print(f"best {result.best_latency * 1e3:.4f} ms after {result.trials} trials "
           f"({result.tuning_seconds:.0f} s); max rel err vs torch {result.max_rel_err:.1e}; "
           f"run directory {result.run_dir}")
+    for name, t in result.timings.items():
+        print(f"  {name:14s} median {t['median_s'] * 1e3:9.4f} ms  "
+              f"[{t['min_s'] * 1e3:.4f} .. {t['max_s'] * 1e3:.4f}]"
+              + ("" if name == "altenv" else
+                 f"  altenv speedup {t['median_s'] / result.timings['altenv']['median_s']:.2f}x"))
     return 0
 
 

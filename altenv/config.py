@@ -66,7 +66,7 @@ class _Run(Strict):
     """What every run shares: where it goes, the target, budget, agent and measurement."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
-    epilogue: list[Literal["bias", "residual", "relu"]] = Field(default_factory=list)
+    epilogue: list[Literal["bias", "residual", "relu", "relu6"]] = Field(default_factory=list)
     target: str | dict[str, Any] = "cpu"
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
     agent: AgentConfig = Field(default_factory=AgentConfig)

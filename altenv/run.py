@@ -37,6 +37,7 @@ class RunResult:
     resumed_records: int
     tuning_seconds: float
     max_rel_err: float
+    timings: dict[str, dict[str, float]]
 
 
 IDENTITY = ("workload", "workloads", "model", "epilogue", "target")
@@ -138,16 +139,45 @@ def tune_workload(cfg: RunConfig, progress: bool = True) -> RunResult:
             "max_rel_err_vs_torch": err,
         }
         (cfg.run_dir / "best.json").write_text(json.dumps(best, indent=1))
+        timings = compare_with_baselines(task, program, schedule.mod, cfg.seed)
         result = RunResult(cfg.run_dir, latency, session.trials, previous,
-                           time.perf_counter() - start, err)
+                           time.perf_counter() - start, err, timings)
     summary = {"name": cfg.name, "workload": task.key, "best_latency_s": result.best_latency,
                "trials": result.trials, "resumed_records": previous,
                "tuning_seconds": result.tuning_seconds, "max_rel_err_vs_torch": err,
                "best_factors": dict(cand.factors),
                "seconds_per_trial": {k: v / max(session.trials - previous, 1)
-                                     for k, v in session.seconds.items()}}
+                                     for k, v in session.seconds.items()},
+               "timings": timings,
+               "speedup": {name: t["median_s"] / timings["altenv"]["median_s"]
+                           for name, t in timings.items() if name != "altenv"}}
     (cfg.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     return result
+
+
+def compare_with_baselines(task: Any, program: Any, mod: Any, seed: int
+                           ) -> dict[str, dict[str, float]]:
+    """Time altenv's best program against TVM's untuned default and PyTorch eager on the
+    same random inputs, interleaved, each checked against torch first. The operator's
+    input arrives in its chosen layout, as a producer writes it after propagation (ALT
+    Fig. 5b); the untuned TVM program takes padded NCHW, torch takes plain NCHW."""
+    from .baselines import (
+        compare,
+        compiled_baseline,
+        torch_operator_baseline,
+        untuned_tir_baseline,
+    )
+    from .ops import generate
+
+    plain = generate(task.workload, epilogue=task.epilogue)
+    raw = program.random_inputs(seed + 2)
+    runs = [compiled_baseline("altenv", program, mod, target=task.target, raw=raw),
+            untuned_tir_baseline(plain, target=task.target, raw=raw)]
+    if plain.op.dtype == "float32":
+        runs.append(torch_operator_baseline(plain, target=task.target, raw=raw))
+    stats = compare(runs, [program.reference(raw)])
+    return {name: {"median_s": st.median, "min_s": st.min, "max_s": st.max}
+            for name, st in stats.items()}
 
 
 def train_workloads(cfg: TrainConfig, progress: bool = True) -> Path:

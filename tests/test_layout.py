@@ -201,7 +201,6 @@ def test_state_concatenates_primitive_parameters():
     (lambda L: L.fuse([0, 2]), "consecutive"),
     (lambda L: L.unfold(2, 6, 1), "tile 6 must be in 1..5"),
     (lambda L: L.unfold(2, 3, 0), "stride must be >= 1"),
-    (lambda L: L.unfold(2, 3, 4), "stride 4 > tile 3"),
     (lambda L: L.pad(1, -1, 0), "before/after must be >= 0"),
     (lambda L: L.fold(0, 1, 3), "not an unfold"),
     (lambda L: L.unpad(2, 3, 2), "cannot remove"),
@@ -211,6 +210,16 @@ def test_state_concatenates_primitive_parameters():
 def test_invalid_calls_raise_clear_errors(call, message):
     with pytest.raises(ValueError, match=message):
         call(Layout((3, 4, 5)))
+
+
+def test_unfold_with_a_gap_skips_elements():
+    """stride > tile: the elements between tiles are not stored (a strided 1x1 conv's
+    input never reads them) and read back as zero."""
+    x = np.arange(1.0, 11.0)
+    layout = Layout((10,)).unfold(0, 2, 3)  # tiles [0, 1] [3, 4] [6, 7] [9, -]
+    np.testing.assert_array_equal(layout.apply(x), [[1, 2], [4, 5], [7, 8], [10, 0]])
+    np.testing.assert_array_equal(layout.invert(layout.apply(x)), [1, 2, 0, 4, 5, 0, 7, 8, 0, 10])
+    assert layout.to_physical([2])[1] is False
 
 
 def test_pad_makes_a_non_dividing_split_legal():

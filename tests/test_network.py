@@ -106,7 +106,7 @@ def test_conv_relu_add_conv_end_to_end():
 def test_fold_batch_norm_into_weight_and_bias():
     lowering = ComplexLowering("c2d:N=1,I=2,H=4,W=4,O=3,KH=1,KW=1", 0, 1, False,
                                (("sub", 2), ("div", 3), ("mul", 4), ("add", 5)), None,
-                               ("relu",), ((0, 0),) * 4)
+                               "relu", ((0, 0),) * 4)
     rng = np.random.default_rng(0)
     weight = rng.uniform(-1, 1, (3, 2, 1, 1))
     consts = {k: rng.uniform(0.5, 1.5, (1, 3, 1, 1)) for k in (2, 3, 4, 5)}

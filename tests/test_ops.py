@@ -157,3 +157,12 @@ def test_bad_layout_names_and_shapes():
         generate("gmm:M=8,N=8,K=8", {"data": Layout((8, 9))})
     with pytest.raises(ValueError, match="unknown step 'gelu'"):
         generate("gmm:M=8,N=8,K=8", epilogue=("gelu",))
+
+
+def test_relu6_epilogue():
+    program = generate("dep:N=1,C=8,H=8,W=8,KH=3,KW=3,pad=1", epilogue=("bias", "relu6"))
+    raw = program.random_inputs(0)
+    raw["data"] = raw["data"] * 8  # values beyond 6 so the clip bites
+    check_raw = run_numpy(program, raw)
+    np.testing.assert_allclose(check_raw, program.reference(raw), rtol=1e-4, atol=1e-4)
+    assert check_raw.max() == pytest.approx(6.0)

@@ -17,6 +17,7 @@ from .network import (
     weight_names,
 )
 from .operator import (
+    compiled_baseline,
     torch_function,
     torch_operator_baseline,
     tune_tir_baseline,
@@ -30,6 +31,7 @@ __all__ = [
     "TimingStats",
     "TuningSummary",
     "check_baseline",
+    "compiled_baseline",
     "compare",
     "count_measurements",
     "time_interleaved",

@@ -54,6 +54,13 @@ def _tvm_baseline(name: str, program: OpProgram, executable: Any,
     return Baseline(name, run, outputs, tuning=tuning, notes=notes)
 
 
+def compiled_baseline(name: str, program: OpProgram, mod: tvm.IRModule | tvm.tirx.PrimFunc,
+                      *, target: TargetSpec = None, seed: int = 0,
+                      raw: Mapping[str, np.ndarray] | None = None, notes: str = "") -> Baseline:
+    """Any scheduled version of ``program`` (e.g. altenv's best) as a :class:`Baseline`."""
+    return _tvm_baseline(name, program, tvm.compile(mod, make_target(target)), raw, seed, notes)
+
+
 def tune_tir_baseline(
     program: OpProgram,
     work_dir: str | Path,

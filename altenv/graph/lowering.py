@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import tvm.ir.expr as ire
 import tvm.ir.prim.expr as pe
-from tvm import te, tirx
+from tvm import tirx
 
 from altenv.graph.ops_match import ComplexOp, get_blocks
 from altenv.layout import Layout
@@ -42,7 +42,7 @@ class ComplexLowering:
     affine: per-channel steps ``(op, operand)`` in order, ``op`` in add/sub/mul/div and the
         operand a parameter position (``int``) or an immediate (``float``).
     residual_arg: parameter position of a same-shape residual added after the affine steps.
-    activation: ``None``, ``("relu",)`` or ``("clip", lo, hi)``.
+    activation: ``None``, ``"relu"`` or ``"relu6"`` (a clip to [0, 6]).
     data_pads: zero padding ``(before, after)`` per data dim, done by the data's producer.
     """
 
@@ -52,15 +52,15 @@ class ComplexLowering:
     weight_transposed: bool
     affine: tuple[tuple[str, int | float], ...]
     residual_arg: int | None
-    activation: tuple | None
+    activation: str | None
     data_pads: tuple[tuple[int, int], ...]
 
     @property
     def epilogue(self) -> tuple[str, ...]:
-        """The generator's epilogue steps (a clip is added on top by :meth:`program`)."""
+        """The generator's epilogue steps."""
         steps = ("bias",) if self.affine else ()
         steps += ("residual",) if self.residual_arg is not None else ()
-        return steps + (("relu",) if self.activation == ("relu",) else ())
+        return steps + ((self.activation,) if self.activation else ())
 
     def template(self) -> LayoutTemplate:
         return LayoutTemplate(self.spec)
@@ -73,22 +73,13 @@ class ComplexLowering:
                 layout = layout.pad(dim, before, after)
         return layout.then(template_data)
 
-    def program(self, layouts: Mapping[str, Layout]) -> tuple[OpProgram, te.Tensor]:
-        """The generated program and its final output stage (the clip, when there is one)."""
-        prog = generate(self.spec, layouts, self.epilogue)
-        out = prog.tensors[-1]
-        if self.activation is not None and self.activation[0] == "clip":
-            _, lo, hi = self.activation
-            dtype = prog.op.out_dtype
-            prev = out
-            out = te.compute(prev.shape, lambda *p: tirx.max(tirx.min(
-                prev(*p), tirx.const(hi, dtype)), tirx.const(lo, dtype)), name="clip")
-        return prog, out
+    def program(self, layouts: Mapping[str, Layout]) -> OpProgram:
+        """The generated program (what ``altenv.tuning.OpTask(spec, epilogue=...)`` tunes)."""
+        return generate(self.spec, layouts, self.epilogue)
 
     def func(self, layouts: Mapping[str, Layout]) -> tirx.PrimFunc:
         """The layout-transformed PrimFunc ``(data, weight[, bias][, residual], out)``."""
-        prog, out = self.program(layouts)
-        return te.create_prim_func(prog.tensors[:-1] + [out])
+        return self.program(layouts).func.without_attr("global_symbol")
 
     def fold(self, weight: np.ndarray, consts: Mapping[int, np.ndarray], channel_axis: int,
              out_ndim: int) -> tuple[np.ndarray, np.ndarray | None]:
@@ -190,7 +181,7 @@ def _epilogue(func: tirx.PrimFunc, op: ComplexOp, constant_args: set[int],
     chain = blocks[pos].writes[0].source
     affine: list[tuple[str, int | float]] = []
     residual: int | None = None
-    activation: tuple | None = None
+    activation: str | None = None
     for blk in blocks[pos + 1:]:
         store = blk.body
         if activation is not None or not isinstance(store, tirx.BufferStore):
@@ -224,20 +215,23 @@ def _imm(expr: object) -> float | None:
     return float(expr.value) if isinstance(expr, (pe.FloatImm, pe.IntImm)) else None
 
 
-def _activation(value: object, chain: object, ivars: list) -> tuple | None:
-    """``max(x, 0)`` -> relu; ``max(min(x, hi), lo)`` or ``min(max(x, lo), hi)`` -> clip."""
+def _activation(value: object, chain: object, ivars: list) -> str | None:
+    """``max(x, 0)`` -> relu; a clip to [0, 6] (``max(min(x, 6), 0)`` or
+    ``min(max(x, 0), 6)``) -> relu6; other clips are not mappable."""
     if not isinstance(value, (pe.Max, pe.Min)) or _imm(value.b) is None:
         return None
     if _is_chain(value.a, chain, ivars):
         if isinstance(value, pe.Max) and _imm(value.b) == 0.0:
-            return ("relu",)
+            return "relu"
         raise NotMappable("a one-sided min/max epilogue")
     inner = value.a
     if type(inner) is type(value) or not isinstance(inner, (pe.Max, pe.Min)) or \
             _imm(inner.b) is None or not _is_chain(inner.a, chain, ivars):
         raise NotMappable("an unrecognised min/max epilogue")
     bounds = sorted((_imm(value.b), _imm(inner.b)))
-    return ("clip", bounds[0], bounds[1])
+    if bounds != [0.0, 6.0]:
+        raise NotMappable(f"a clip to {bounds} (only relu6's [0, 6] is generated)")
+    return "relu6"
 
 
 def _binary(value: object, chain: object, ivars: list, params: list) -> tuple[str, int | float]:

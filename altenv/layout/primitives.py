@@ -216,7 +216,9 @@ class Unfold(Primitive):
     Dimension ``dim`` of size ``D`` becomes ``ceil((D - tile) / stride) + 1`` tiles of
     ``tile`` elements; element ``[a, b]`` is logical ``a * stride + b`` (zero past the end).
     A read of a :class:`Window` whose windows fit the tiles uses Eq. 1; any other read
-    uses the canonical copy (the first tile that holds the element).
+    uses the canonical copy (the first tile that holds the element). A stride above the
+    tile skips the elements between tiles (e.g. the rows a strided 1x1 convolution never
+    reads); they are not stored and read back as zero.
     """
 
     dim: int
@@ -233,11 +235,6 @@ class Unfold(Primitive):
         if not 1 <= self.tile <= size:
             raise ValueError(f"unfold: tile {self.tile} must be in 1..{size} "
                              f"(size of dim {self.dim})")
-        if self.stride > self.tile:
-            raise ValueError(
-                f"unfold: stride {self.stride} > tile {self.tile} would drop elements of "
-                f"dim {self.dim}"
-            )
 
     @property
     def size(self) -> int:
@@ -269,6 +266,8 @@ class Unfold(Primitive):
             x = flat(x)
             a = minimum(floordiv(x, self.stride), self.tiles - 1)
             b = x - a * self.stride
+            if self.stride > self.tile:
+                return idx[: self.dim] + [a, b] + idx[self.dim + 1 :], in_range(b, 0, self.tile)
         return idx[: self.dim] + [a, b] + idx[self.dim + 1 :], None
 
     def to_logical(self, idx: IndexList) -> tuple[IndexList, Valid]:

@@ -23,7 +23,7 @@ from ..layout.primitives import StoreAt
 from .operators import Operator, operator_for
 from .workload import Workload, parse_workload
 
-EPILOGUES = ("bias", "residual", "relu")
+EPILOGUES = ("bias", "residual", "relu", "relu6")
 
 
 def _attached_bias(weight: Layout, op: Operator) -> Layout | None:
@@ -86,6 +86,8 @@ class OpProgram:
                 out = out + raw["residual"]
             elif step == "relu":
                 out = np.maximum(out, 0)
+            elif step == "relu6":
+                out = np.clip(out, 0, 6)
         return out.astype(self.op.out_dtype)
 
     def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
@@ -108,7 +110,7 @@ def generate(workload: str | Workload, layouts: Mapping[str, Layout] | None = No
     ``layouts`` maps tensor names (``data``, ``weight``, ``out``, and for epilogues
     ``bias`` and ``residual``) to :class:`Layout` objects over their logical shapes. The
     residual shares the output layout unless given. ``epilogue`` is an ordered subset of
-    ``bias``, ``residual``, ``relu``.
+    ``bias``, ``residual``, ``relu``, ``relu6`` (``clip(x, 0, 6)``).
     """
     wl = parse_workload(workload)
     op = operator_for(wl)
@@ -171,6 +173,9 @@ def _epilogue(step: str, prev: te.Tensor, out_layout: Layout, layouts: dict[str,
     if step == "relu":
         return te.compute(prev.shape, lambda *p: tirx.max(prev(*p), tirx.const(0, dtype)),
                           name="relu"), None
+    if step == "relu6":
+        return te.compute(prev.shape, lambda *p: tirx.max(
+            tirx.min(prev(*p), tirx.const(6, dtype)), tirx.const(0, dtype)), name="relu6"), None
     if step == "residual":
         res_layout = layouts["residual"]
         res = te.placeholder(res_layout.shape, dtype, name="residual")
