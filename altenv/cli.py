@@ -1,4 +1,4 @@
-"""The ``altenv`` command line: ``demo``, ``tune``, ``train``."""
+"""The ``altenv`` command line: ``demo``, ``tune``, ``train``, ``export``, ``envs``."""
 
 from __future__ import annotations
 
@@ -7,9 +7,12 @@ import sys
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from .demo import run_layout_demo
+    from .demo import run_demo, run_layout_demo
 
-    run_layout_demo()
+    if args.layouts:
+        run_layout_demo()
+    else:
+        run_demo(args.output_dir, progress=not args.quiet)
     return 0
 
 
@@ -23,10 +26,9 @@ def _tune(args: argparse.Namespace) -> int:
         "budget.joint": None if args.budget is None else round(args.budget * 0.3),
         "budget.loop_only": None if args.budget is None else args.budget - round(args.budget * 0.3),
     })
-    if cfg.model is not None:
-        raise SystemExit("altenv tune: whole-network tuning ('model:') is not available yet; "
-                         "give a 'workload:'")
-    result = tune_workload(cfg, progress=not args.quiet)
+    from .run import tune_model
+
+    result = (tune_model if cfg.model is not None else tune_workload)(cfg, not args.quiet)
     print(f"best {result.best_latency * 1e3:.4f} ms after {result.trials} trials "
           f"({result.tuning_seconds:.0f} s); max rel err vs torch {result.max_rel_err:.1e}; "
           f"run directory {result.run_dir}")
@@ -49,10 +51,33 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export(args: argparse.Namespace) -> int:
+    from .run import export_run_dir
+
+    out = export_run_dir(args.run, args.output)
+    print(f"exported {args.run} to {out}")
+    return 0
+
+
+def _envs(args: argparse.Namespace) -> int:
+    from envs.describe import describe
+
+    try:
+        print(describe(args.id), end="")
+    except ValueError as err:
+        print(f"altenv: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="altenv", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="run the built-in demo")
+    demo = sub.add_parser("demo", help="tune, export and time the built-in default network")
+    demo.add_argument("--layouts", action="store_true",
+                      help="instead: a quick tour of the layout primitives on one convolution")
+    demo.add_argument("--output-dir", default="runs", help="where the run goes (default runs/)")
+    demo.add_argument("--quiet", action="store_true", help="no progress bars")
     demo.set_defaults(func=_demo)
 
     tune = sub.add_parser("tune", help="tune a workload from a YAML config (resumes a run)")
@@ -72,6 +97,15 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--seed", type=int)
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.set_defaults(func=_train)
+
+    export = sub.add_parser("export", help="export a tuned run for deployment")
+    export.add_argument("run", help="run directory, e.g. runs/resnet18")
+    export.add_argument("--output", required=True, help="directory to write")
+    export.set_defaults(func=_export)
+
+    env_list = sub.add_parser("envs", help="list the Gymnasium environments and their spaces")
+    env_list.add_argument("id", nargs="?", help="one env id: print its full description")
+    env_list.set_defaults(func=_envs)
     return parser
 
 

@@ -96,6 +96,7 @@ class RunConfig(_Run):
 
     workload: str | None = None
     model: str | None = None
+    model_options: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("workload")
     @classmethod

@@ -1,13 +1,16 @@
-"""The layout demo: ALT's primitives on real data and a convolution generated under a template.
+"""The built-in demo (``make demo``) and a quick tour of the layout primitives.
 
-Shows ALT §4.1's worked example (``N O/ot H W ot`` and the overlapped-tiling input of
-Fig. 2), then builds a ResNet-style convolution under a §5.1 template with TVM and checks
-it against torch on random inputs.
+``run_demo`` is the main job on the built-in default: it tunes ResNet-18 (small input)
+with ``configs/demo.yaml``, exports it and prints its speedup over TVM's untuned build and
+PyTorch. ``run_layout_demo`` shows ALT §4.1's worked example (``N O/ot H W ot`` and the
+overlapped-tiling input of Fig. 2), then builds a ResNet-style convolution under a §5.1
+template with TVM and checks it against torch on random inputs.
 """
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -43,3 +46,27 @@ def run_layout_demo(spec: str = "c2d:N=1,I=64,O=64,H=56,W=56,KH=3,KW=3,stride=1,
           f"(untuned schedule); max abs error vs torch: {err:.2e}")
     if err > 1e-3:
         raise SystemExit("demo: the generated convolution does not match torch")
+
+
+DEMO_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "demo.yaml"
+
+
+def run_demo(output_dir: str = "runs", progress: bool = True) -> None:
+    """Tune the default network (resumes an interrupted demo), export it, print the
+    speedups."""
+    from .config import load_config
+    from .run import export_run_dir, tune_model
+
+    cfg = load_config(DEMO_CONFIG, output_dir=output_dir)
+    result = tune_model(cfg, progress)
+    out = export_run_dir(result.run_dir, result.run_dir / "export")
+    t = result.timings
+    print(f"\n{cfg.model} ({cfg.model_options}): {result.trials} trials in "
+          f"{result.tuning_seconds:.0f} s; outputs match torch (max rel err "
+          f"{result.max_rel_err:.1e})")
+    for name, stats in t.items():
+        ratio = "" if name == "altenv" else \
+            f"   altenv speedup {stats['median_s'] / t['altenv']['median_s']:.2f}x"
+        print(f"  {name:12s} median {stats['median_s'] * 1e3:8.3f} ms "
+              f"[{stats['min_s'] * 1e3:.3f} .. {stats['max_s'] * 1e3:.3f}]{ratio}")
+    print(f"exported to {out} (load it with examples/load_exported.py)")

@@ -25,6 +25,7 @@ import yaml
 
 from .config import ConfigError, RunConfig, TrainConfig
 from .records import RecordDB, plain_json
+from .tuning.loop import Budget
 
 
 @dataclass
@@ -101,7 +102,7 @@ def tune_workload(cfg: RunConfig, progress: bool = True) -> RunResult:
     from .costmodel import CostModel
     from .measure import create
     from .ops import run_numpy
-    from .tuning import Budget, OpTask, TuningSession, tune
+    from .tuning import OpTask, TuningSession, tune
 
     previous = _open_run(cfg)
     task = OpTask(cfg.workload, cfg.target, cfg.epilogue, cfg.search.levels)
@@ -155,6 +156,102 @@ def tune_workload(cfg: RunConfig, progress: bool = True) -> RunResult:
     return result
 
 
+def _task_budgets(weights: dict[str, float], total: int, minimum: int) -> dict[str, int]:
+    """Split ``total`` trials over tasks in proportion to ``weights`` (FLOPs x calls), each
+    at least ``minimum`` (when the total allows)."""
+    floor = min(minimum, total // max(len(weights), 1))
+    rest = total - floor * len(weights)
+    norm = sum(weights.values()) or 1.0
+    shares = {t: floor + int(rest * w / norm) for t, w in weights.items()}
+    leftover = total - sum(shares.values())
+    for t in sorted(weights, key=weights.get, reverse=True)[:leftover]:
+        shares[t] += 1
+    return shares
+
+
+def tune_model(cfg: RunConfig, progress: bool = True) -> RunResult:
+    """Tune every complex task of ``cfg.model`` (in topological order, ALT §6), build the
+    network with the best layouts and schedules (layouts propagated, ALT Alg. 1), check it
+    against the source framework and time it against TVM's untuned build and PyTorch."""
+    from .baselines import compare, network_baseline, torch_module_baseline, untuned_relax_baseline
+    from .costmodel import CostModel
+    from .graph import load_model
+    from .graph.build import max_rel_err
+    from .graph.network import build_network, plan_network
+    from .graph.tasks import extract_tasks
+    from .measure import create
+    from .ops import operator_for, parse_workload
+    from .tuning import OpTask, TuningSession, tune
+
+    previous = _open_run(cfg)
+    start = time.perf_counter()
+    model = load_model(cfg.model, seed=cfg.seed, **cfg.model_options)
+    graph = extract_tasks(model)
+    plan = plan_network(graph)
+    lowering_of = {graph.calls[i].task: low for i, low in sorted(plan.lowerings.items())}
+    calls = {t: sum(1 for c in graph.calls if c.task == t) for t in lowering_of}
+    weights = {t: float(operator_for(parse_workload(low.spec)).flops()) * calls[t]
+               for t, low in lowering_of.items()}
+    budgets = _task_budgets(weights, cfg.budget.total, cfg.search.top_k)
+    joint_fraction = cfg.budget.joint / max(cfg.budget.total, 1)
+    print(f"{cfg.model}: {len(lowering_of)} tuned tasks, {len(plan.fallbacks)} calls on default "
+          f"schedules; {cfg.budget.total} trials")
+    log = TensorBoardLog(cfg.run_dir / "tb")
+    best: dict[str, dict[str, Any]] = {}
+    factors: dict[str, dict[str, int]] = {}
+    schedules: dict[str, Any] = {}
+    cost_model = CostModel(seed=cfg.seed)
+    agent = _make_agent(cfg, tensorboard_log=str(cfg.run_dir / "tb"))
+    trials = 0
+    with create(None, cfg.measure, cfg.target) as measurer, \
+            RecordDB(cfg.run_dir / "records.jsonl") as db:
+        for name, lowering in lowering_of.items():
+            task = OpTask(lowering.spec, cfg.target, lowering.epilogue, cfg.search.levels)
+            session = TuningSession(task, measurer, db, cost_model, check=cfg.search.check)
+            budget = Budget.split(budgets[name], joint_fraction)
+            tune(session, agent, budget, batch=cfg.search.batch, top_k=cfg.search.top_k,
+                 progress=progress, callbacks=[log])
+            trials += session.trials
+            cand, latency = session.best
+            if cand is None:
+                print(f"task {name}: nothing measured successfully; default layout and schedule")
+                continue
+            factors[name] = dict(cand.factors)
+            schedules[name] = session.schedule(cand)
+            best[name] = {"workload": task.key, "spec": lowering.spec,
+                          "epilogue": list(lowering.epilogue), "calls": calls[name],
+                          "latency_s": latency, "factors": dict(cand.factors),
+                          "decisions": task.space(cand.factors).to_vector(cand.point).tolist(),
+                          "layouts": task.layouts_json(cand.factors)}
+        log.close()
+        cost_model.save(cfg.run_dir / "costmodel.npz")
+    (cfg.run_dir / "best.json").write_text(json.dumps({"model": cfg.model, "tasks": best},
+                                                      indent=1))
+    network = build_network(graph, factors, schedules, cfg.target)
+    inputs = model.random_inputs(cfg.seed + 1)
+    expected = model.reference(inputs)
+    err = max_rel_err(network.run(inputs), expected)
+    if not err <= 1e-4:
+        raise RuntimeError(f"run {cfg.name}: the tuned network differs from torch by {err:.3g}")
+    runs = [network_baseline("altenv", network, inputs),
+            untuned_relax_baseline(model.mod, model.params, inputs, target=cfg.target)]
+    if model.torch_module is not None:
+        runs.append(torch_module_baseline(model.torch_module, inputs, target=cfg.target))
+    stats = compare(runs, expected, rtol=1e-4)
+    timings = {n: {"median_s": st.median, "min_s": st.min, "max_s": st.max}
+               for n, st in stats.items()}
+    elapsed = time.perf_counter() - start
+    summary = {"name": cfg.name, "model": cfg.model, "trials": trials,
+               "resumed_records": previous, "tuning_seconds": elapsed,
+               "max_rel_err_vs_torch": err, "conversions": len(network.conversions),
+               "fallback_calls": len(plan.fallbacks), "timings": timings,
+               "speedup": {n: t["median_s"] / timings["altenv"]["median_s"]
+                           for n, t in timings.items() if n != "altenv"}}
+    (cfg.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    return RunResult(cfg.run_dir, timings["altenv"]["median_s"], trials, previous, elapsed,
+                     err, timings)
+
+
 def compare_with_baselines(task: Any, program: Any, mod: Any, seed: int
                            ) -> dict[str, dict[str, float]]:
     """Time altenv's best program against TVM's untuned default and PyTorch eager on the
@@ -187,7 +284,7 @@ def train_workloads(cfg: TrainConfig, progress: bool = True) -> Path:
     {checkpoint: ...}}`` loads it)."""
     from .costmodel import CostModel
     from .measure import create
-    from .tuning import Budget, OpTask, TuningSession, tune
+    from .tuning import OpTask, TuningSession, tune
 
     _open_run(cfg)
     checkpoint = cfg.run_dir / "checkpoint"
@@ -212,3 +309,57 @@ def train_workloads(cfg: TrainConfig, progress: bool = True) -> Path:
         cost_model.save(cfg.run_dir / "costmodel.npz")
     agent.save(checkpoint)
     return checkpoint
+
+
+def _schedule_of(spec: str, epilogue: list[str], target: Any, entry: dict[str, Any]) -> Any:
+    """Replay a recorded best candidate (factors + loop decisions) into its schedule."""
+    from .tuning import OpTask, freeze
+
+    task = OpTask(spec, target, epilogue)
+    factors = freeze(entry["factors"])
+    space = task.space(factors)
+    schedule = space.decode(space.from_vector(entry["decisions"]))
+    if schedule is None:
+        raise RuntimeError(f"{spec}: the recorded best schedule no longer decodes")
+    return task, factors, schedule
+
+
+def export_run_dir(run_dir: str | Path, output: str | Path) -> Path:
+    """``altenv export RUN --output DIR``: the tuned network (``model.so``, ``params.npz``,
+    ``manifest.json``, loadable with plain TVM), or for an operator run the tuned operator
+    (``model.so`` and a manifest of its arguments' physical layouts)."""
+    run_dir, output = Path(run_dir), Path(output)
+    cfg_path, best_path = run_dir / "config.yaml", run_dir / "best.json"
+    if not cfg_path.exists() or not best_path.exists():
+        raise ConfigError(f"export: {run_dir} is not a finished run (no config.yaml/best.json)")
+    cfg = RunConfig.model_validate(yaml.safe_load(cfg_path.read_text()))
+    best = json.loads(best_path.read_text())
+    if cfg.model is not None:
+        from .export import export_run
+        from .graph import load_model
+
+        model = load_model(cfg.model, seed=cfg.seed, **cfg.model_options)
+        factors, schedules = {}, {}
+        for name, entry in best["tasks"].items():
+            _, f, schedule = _schedule_of(entry["spec"], entry["epilogue"], cfg.target, entry)
+            factors[name], schedules[name] = dict(f), schedule
+        out, _ = export_run(model, output, factors, schedules, cfg.target,
+                            manifest_extras={"run": str(run_dir)})
+        return out
+    import tvm
+
+    from .target import make_target
+
+    task, factors, schedule = _schedule_of(cfg.workload, list(cfg.epilogue), cfg.target, best)
+    program = task.program(factors)
+    output.mkdir(parents=True, exist_ok=True)
+    tvm.compile(schedule.mod, make_target(cfg.target)).export_library(str(output / "model.so"))
+    shapes = {name: (list(lay.shape), str(program.op.out_dtype if name in ("out", "bias",
+              "residual") else program.op.dtype)) for name, lay in program.layouts.items()}
+    manifest = {"workload": task.key, "target": str(make_target(cfg.target)),
+                "function": "main", "arguments": [
+                    {"name": n, "shape": shapes[n][0], "dtype": shapes[n][1],
+                     "layout": program.layouts[n].to_json()} for n in program.arg_names],
+                "latency_s": best["latency_s"], "run": str(run_dir)}
+    (output / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    return output

@@ -12,9 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from altenv.cli import main
-from altenv.config import ConfigError, load_config
+from altenv.config import ConfigError, RunConfig, TrainConfig, load_config
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
@@ -52,7 +53,8 @@ def test_shipped_configs_validate():
     paths = sorted(CONFIGS.glob("*.yaml"))
     assert paths
     for path in paths:
-        load_config(path)
+        schema = TrainConfig if "workloads" in yaml.safe_load(path.read_text()) else RunConfig
+        load_config(path, schema)
 
 
 def test_overrides_and_defaults(tmp_path):

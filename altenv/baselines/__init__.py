@@ -11,6 +11,7 @@ from .base import (
     count_measurements,
 )
 from .network import (
+    network_baseline,
     torch_module_baseline,
     tune_relax_baseline,
     untuned_relax_baseline,
@@ -34,6 +35,7 @@ __all__ = [
     "compiled_baseline",
     "compare",
     "count_measurements",
+    "network_baseline",
     "time_interleaved",
     "torch_function",
     "torch_module_baseline",

@@ -18,6 +18,7 @@ from tvm.s_tir import dlight as dl
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.search_strategy import SearchStrategy
 
+from ..graph.network import NetworkBuild
 from ..measure import MeasureConfig
 from ..target import make_target, target_cores, use_tvm_threads
 from .base import (
@@ -165,6 +166,14 @@ def tune_relax_baseline(
              f"weight pre-pack {'on' if prepack else 'off'}")
     return _vm_baseline("metaschedule", executable, inputs, _weight_tensors(mod, params), notes,
                         tuning=summary, prepacked=prepack)
+
+
+def network_baseline(name: str, network: NetworkBuild, inputs: Sequence[np.ndarray],
+                     notes: str = "") -> Baseline:
+    """A layout-transformed network (``altenv.graph.network.build_network``) as a
+    :class:`Baseline`; its weights are already in their physical layouts."""
+    weights = [tvm.runtime.tensor(p, tvm.cpu(0)) for p in network.params]
+    return _vm_baseline(name, network.built.executable, inputs, weights, notes)
 
 
 def torch_module_baseline(
