@@ -1,0 +1,84 @@
+"""A new user's path through the CLI: tune a model from a config, export the run, load
+the export with plain TVM in a fresh process and compare with torch."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from altenv.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL = '''
+import torch
+from torch import nn
+
+
+class Tiny(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.conv2 = nn.Conv2d(8, 8, 3, padding=1, groups=2)
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x):
+        y = torch.relu(self.bn(self.conv1(x)))
+        y = torch.relu(self.conv2(y) + y)
+        return self.fc(y.mean(dim=(2, 3)))
+
+
+def factory():
+    torch.manual_seed(0)
+    model = Tiny().eval()
+    with torch.no_grad():
+        model.bn.running_mean.uniform_(-0.5, 0.5)
+        model.bn.running_var.uniform_(0.5, 1.5)
+    return model, (torch.randn(1, 3, 8, 8),)
+'''
+
+
+@pytest.mark.slow
+def test_tune_model_export_and_load_with_plain_tvm(tmp_path):
+    (tmp_path / "tiny.py").write_text(MODEL)
+    config = tmp_path / "run.yaml"
+    config.write_text(f"name: tiny\nmodel: {tmp_path / 'tiny.py'}:factory\n"
+                      "budget: {joint: 4, loop_only: 8}\nsearch: {batch: 16, top_k: 4}\n"
+                      "measure: {number: 1, repeat: 2, min_repeat_ms: 5}\n")
+    assert main(["tune", str(config), "--output-dir", str(tmp_path), "--quiet"]) == 0
+    run = tmp_path / "tiny"
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["max_rel_err_vs_torch"] < 1e-4
+    assert summary["trials"] == 12 and set(summary["speedup"]) == {"tvm-default", "torch"}
+    best = json.loads((run / "best.json").read_text())
+    assert {t["spec"].split(":")[0] for t in best["tasks"].values()} == {"c2d", "grp", "gmm"}
+
+    out = tmp_path / "deploy"
+    assert main(["export", str(run), "--output", str(out)]) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["inputs"][0]["shape"] == [1, 3, 8, 8]
+
+    x = np.random.default_rng(3).uniform(-1, 1, (1, 3, 8, 8)).astype("float32")
+    np.savez(tmp_path / "in.npz", x=x)
+    proc = subprocess.run([sys.executable, str(ROOT / "examples" / "load_exported.py"),
+                           str(out), "--inputs", str(tmp_path / "in.npz"), "--save",
+                           str(tmp_path / "out.npz")], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import tiny
+    finally:
+        sys.path.remove(str(tmp_path))
+    module, _ = tiny.factory()
+    with torch.no_grad():
+        ref = module(torch.from_numpy(x)).numpy()
+    got = np.load(tmp_path / "out.npz")
+    got = got[got.files[0]]
+    assert np.max(np.abs(got - ref)) <= 1e-4 * np.max(np.abs(ref))
