@@ -46,52 +46,49 @@ class _BasicBlock(nn.Module):
         return self.relu(out + identity)
 
 
-class ResNet18(nn.Module):
+class _ResNet18(nn.Module):
+    """ResNet-18 body for images (``dims=2``) or video (``dims=3``): a stem, four stages of
+    two basic blocks, global average pooling and a linear head."""
+
+    def __init__(self, stem: nn.Module, dims: int, width: float, num_classes: int) -> None:
+        super().__init__()
+        chans = [_ch(c, width) for c in (64, 128, 256, 512)]
+        self.dims = dims
+        self.stem = stem
+        blocks: list[nn.Module] = []
+        cin = chans[0]
+        for i, cout in enumerate(chans):
+            stride = 1 if i == 0 else 2
+            blocks += [_BasicBlock(cin, cout, stride, dims), _BasicBlock(cout, cout, 1, dims)]
+            cin = cout
+        self.layers = nn.Sequential(*blocks)
+        self.fc = nn.Linear(cin, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.layers(self.stem(x))
+        pool = nn.functional.adaptive_avg_pool2d if self.dims == 2 else \
+            nn.functional.adaptive_avg_pool3d
+        return self.fc(torch.flatten(pool(x, 1), 1))
+
+
+class ResNet18(_ResNet18):
     """ResNet-18 (He et al.), ImageNet head; ``width`` scales every channel count."""
 
     def __init__(self, width: float = 1.0, num_classes: int = 1000) -> None:
-        super().__init__()
-        chans = [_ch(c, width) for c in (64, 128, 256, 512)]
-        self.stem = nn.Sequential(
-            nn.Conv2d(3, chans[0], 7, 2, 3, bias=False), nn.BatchNorm2d(chans[0]), nn.ReLU(),
-            nn.MaxPool2d(3, 2, 1),
-        )
-        blocks: list[nn.Module] = []
-        cin = chans[0]
-        for i, cout in enumerate(chans):
-            stride = 1 if i == 0 else 2
-            blocks += [_BasicBlock(cin, cout, stride, 2), _BasicBlock(cout, cout, 1, 2)]
-            cin = cout
-        self.layers = nn.Sequential(*blocks)
-        self.fc = nn.Linear(cin, num_classes)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.layers(self.stem(x))
-        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+        c = _ch(64, width)
+        stem = nn.Sequential(nn.Conv2d(3, c, 7, 2, 3, bias=False), nn.BatchNorm2d(c), nn.ReLU(),
+                             nn.MaxPool2d(3, 2, 1))
+        super().__init__(stem, 2, width, num_classes)
 
 
-class R3D18(nn.Module):
+class R3D18(_ResNet18):
     """R3D-18 video ResNet (Tran et al.; torchvision ``r3d_18``), Kinetics-400 head."""
 
     def __init__(self, width: float = 1.0, num_classes: int = 400) -> None:
-        super().__init__()
-        chans = [_ch(c, width) for c in (64, 128, 256, 512)]
-        self.stem = nn.Sequential(
-            nn.Conv3d(3, chans[0], (3, 7, 7), (1, 2, 2), (1, 3, 3), bias=False),
-            nn.BatchNorm3d(chans[0]), nn.ReLU(),
-        )
-        blocks: list[nn.Module] = []
-        cin = chans[0]
-        for i, cout in enumerate(chans):
-            stride = 1 if i == 0 else 2
-            blocks += [_BasicBlock(cin, cout, stride, 3), _BasicBlock(cout, cout, 1, 3)]
-            cin = cout
-        self.layers = nn.Sequential(*blocks)
-        self.fc = nn.Linear(cin, num_classes)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.layers(self.stem(x))
-        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool3d(x, 1), 1))
+        c = _ch(64, width)
+        stem = nn.Sequential(nn.Conv3d(3, c, (3, 7, 7), (1, 2, 2), (1, 3, 3), bias=False),
+                             nn.BatchNorm3d(c), nn.ReLU())
+        super().__init__(stem, 3, width, num_classes)
 
 
 class _InvertedResidual(nn.Module):
