@@ -67,16 +67,26 @@ def _open_run(cfg: RunConfig | TrainConfig) -> int:
 
 
 def _make_agent(cfg: RunConfig | TrainConfig, **defaults: Any) -> Any:
-    """The configured agent; ``seed`` and the given defaults fill options it accepts."""
+    """The configured agent; ``seed``, the run's own checkpoint (when resuming) and the
+    given defaults fill options it accepts."""
     import agents
 
     options = dict(cfg.agent.options)
+    own = cfg.run_dir / "checkpoint"
+    if own.exists():
+        defaults.setdefault("checkpoint", str(own))
     cls = agents.agent_class(cfg.agent.name)
     accepted = inspect.signature(cls).parameters
     for key, value in {"seed": cfg.seed, **defaults}.items():
         if key in accepted:
             options.setdefault(key, value)
     return cls(**options)
+
+
+def _save_agent(agent: Any, cfg: RunConfig) -> None:
+    """Trainable agents (with ``save``) keep their models in ``<run>/checkpoint``."""
+    if hasattr(agent, "save"):
+        agent.save(cfg.run_dir / "checkpoint")
 
 
 class TensorBoardLog:
@@ -117,6 +127,7 @@ def tune_workload(cfg: RunConfig, progress: bool = True) -> RunResult:
         tune(session, agent, budget, batch=cfg.search.batch, top_k=cfg.search.top_k,
              progress=progress, callbacks=[log])
         log.close()
+        _save_agent(agent, cfg)
         session.cost_model.save(cfg.run_dir / "costmodel.npz")
         cand, latency = session.best
         if cand is None:
@@ -211,6 +222,7 @@ def tune_model(cfg: RunConfig, progress: bool = True) -> RunResult:
             budget = Budget.split(budgets[name], joint_fraction)
             tune(session, agent, budget, batch=cfg.search.batch, top_k=cfg.search.top_k,
                  progress=progress, callbacks=[log])
+            _save_agent(agent, cfg)
             trials += session.trials
             cand, latency = session.best
             if cand is None:
@@ -288,8 +300,7 @@ def train_workloads(cfg: TrainConfig, progress: bool = True) -> Path:
 
     _open_run(cfg)
     checkpoint = cfg.run_dir / "checkpoint"
-    agent = _make_agent(cfg, tensorboard_log=str(cfg.run_dir / "tb"),
-                        checkpoint=str(checkpoint) if checkpoint.exists() else None)
+    agent = _make_agent(cfg, tensorboard_log=str(cfg.run_dir / "tb"))
     if not hasattr(agent, "save"):
         raise ConfigError(f"config: agent {cfg.agent.name!r} has nothing to train (no save()); "
                           "use an agent such as 'ppo'")
