@@ -36,7 +36,7 @@ def write(tmp_path: Path, text: str) -> Path:
     ("name: x\nworkload: gmm:M=8,N=8\n", "workload: workload 'gmm:M=8,N=8': missing K"),
     ("name: x\n", "give exactly one of 'workload'"),
     ("name: x\nworkload: gmm:M=8,N=8,K=8\nepilogue: [gelu]\n",
-     "epilogue.0: Input should be 'bias', 'residual' or 'relu'"),
+     "epilogue.0: Input should be 'bias', 'residual', 'relu' or 'relu6'"),
     ("name: x y\nworkload: gmm:M=8,N=8,K=8\n", "name: String should match pattern"),
     ("name: x\nworkload: gmm:M=8,N=8,K=8\nmeasure: {number: 0}\n",
      "measure.number: Input should be greater than or equal to 1"),

@@ -63,13 +63,15 @@ def _spearman(x: np.ndarray, y: np.ndarray) -> float:
 
 @pytest.mark.slow
 def test_ranks_held_out_records_better_than_random(matmul_records):
-    """3-fold cross-validation on real measurements, three shuffles: the predicted order
-    correlates with the measured throughput and recalls more of the true top-10 than a
-    random order does (expected Spearman 0, expected recall 10 * 10 / 60)."""
+    """3-fold cross-validation on real measurements, five shuffles: the predicted order
+    correlates with the measured throughput (a random order has Spearman 0), and the
+    top-10 it would send to the device are faster on average than the average record
+    (what ALT's top-k selection needs; a random pick has ratio 1)."""
     features, latencies = matmul_records
     n, k = len(latencies), 10
-    spearmans, recalls = [], []
-    for seed in (0, 1, 2):
+    throughput = 1.0 / latencies
+    spearmans, gains = [], []
+    for seed in range(5):
         order = np.random.default_rng(seed).permutation(n)
         scores = np.zeros(n)
         for fold in np.array_split(order, 3):
@@ -78,10 +80,10 @@ def test_ranks_held_out_records_better_than_random(matmul_records):
             model.update("matmul", [features[i] for i in train], latencies[train])
             scores[fold] = model.predict([features[i] for i in fold])
         spearmans.append(_spearman(scores, -latencies))
-        recalls.append(len(set(top_k(scores, k)) & set(top_k(-latencies, k))))
-    print(f"spearman {spearmans}, top-{k} recall {recalls}")
+        gains.append(float(throughput[top_k(scores, k)].mean() / throughput.mean()))
+    print(f"spearman {spearmans}, top-{k} throughput / mean {gains}")
     assert np.mean(spearmans) > 0.1, spearmans
-    assert np.mean(recalls) > k * k / n, recalls
+    assert np.mean(gains) > 1.0, gains
 
 
 @pytest.fixture(scope="module")
