@@ -67,8 +67,25 @@ def candidate_key(
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
+class Timed:
+    """``ok`` and ``median`` of a measurement with ``latencies`` and an ``error``."""
+
+    latencies: list[float]
+    error: str | None
+
+    @property
+    def ok(self) -> bool:
+        """Whether the candidate was measured successfully."""
+        return self.error is None and bool(self.latencies)
+
+    @property
+    def median(self) -> float:
+        """Median latency in seconds; ``inf`` when it failed."""
+        return statistics.median(self.latencies) if self.ok else math.inf
+
+
 @dataclass
-class Record:
+class Record(Timed):
     """One measured candidate.
 
     Parameters
@@ -106,16 +123,6 @@ class Record:
     timestamp: float = field(default_factory=time.time)
     build_seconds: float = 0.0
     run_seconds: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        """Whether the candidate was measured successfully."""
-        return self.error is None and bool(self.latencies)
-
-    @property
-    def median(self) -> float:
-        """Median latency in seconds; ``inf`` when failed."""
-        return statistics.median(self.latencies) if self.ok else math.inf
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object written as one line (schedule nested as trace + decisions)."""

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import math
-import statistics
 from dataclasses import dataclass, field
 
 from tvm.ir import IRModule
 from tvm.s_tir import Schedule
 from tvm.tirx import PrimFunc
 
+from ..records import Timed
 from .check import CorrectnessCheck
 
 
@@ -44,7 +43,7 @@ class MeasureCandidate:
 
 
 @dataclass
-class MeasureResult:
+class MeasureResult(Timed):
     """Outcome of one candidate.
 
     Parameters
@@ -63,13 +62,3 @@ class MeasureResult:
     error: str | None = None
     build_seconds: float = 0.0
     run_seconds: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        """Whether the candidate produced latencies."""
-        return self.error is None and bool(self.latencies)
-
-    @property
-    def median(self) -> float:
-        """Median latency in seconds; ``inf`` for a failed candidate."""
-        return statistics.median(self.latencies) if self.ok else math.inf
