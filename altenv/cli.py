@@ -110,8 +110,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import warnings
+
     from .config import ConfigError
 
+    # raised inside torch.export when TVM's frontend imports a model; not actionable here
+    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)`",
+                            category=FutureWarning)
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
