@@ -132,12 +132,6 @@ class CostModel:
         if size and size >= self._trained_size * (1 + self.retrain_growth):
             self._train()
 
-    def update_schedules(self, workload: str, context: ms.TuneContext,
-                         schedules: Sequence[Schedule],
-                         latencies: Sequence[float | None]) -> None:
-        """:meth:`update` from schedules (features extracted here)."""
-        self.update(workload, extract_features(context, schedules), latencies)
-
     def predict(self, features: Sequence[np.ndarray]) -> np.ndarray:
         """Predicted throughput relative to the best seen for the workload (higher is
         better), one per feature set; uniform random before the first training."""
@@ -151,11 +145,6 @@ class CostModel:
             pred = self.booster.predict(pack.dmatrix)
             scores[keep] = np.bincount(pack.ids, weights=pred, minlength=len(keep))
         return scores
-
-    def predict_schedules(self, context: ms.TuneContext,
-                          schedules: Sequence[Schedule]) -> np.ndarray:
-        """:meth:`predict` from schedules (features extracted here)."""
-        return self.predict(extract_features(context, schedules))
 
     def _train(self) -> None:
         xs = [f for g in self._groups.values() for f in g.features]

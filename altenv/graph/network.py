@@ -108,10 +108,6 @@ class NetworkPlan:
                     if c.task == task and i in self.lowerings)
         return self.lowerings[call].func(self.layouts[task])
 
-    def mapped_tasks(self) -> list[str]:
-        """Complex tasks generated with layouts (at least one call mapped)."""
-        return list(self.layouts)
-
 
 def _call_args(main: relax.Function) -> list[list[Any]]:
     """Argument expressions of every ``call_tir`` in ``main``, in binding order."""
