@@ -51,7 +51,9 @@ class Agent(ABC):
 
 
 _REGISTRY: dict[str, Callable[..., Agent]] = {}
-_BUILTIN = {"random": "agents.random:RandomAgent", "ppo": "agents.ppo:PPOAgent"}
+_BUILTIN = {"random": "agents.random:RandomAgent", "ppo": "agents.ppo:PPOAgent",
+            "heron_cga": "agents.heron_cga:HeronCGAAgent",
+            "mind_mappings": "agents.mind_mappings:MindMappingsAgent"}
 """Built-in agents, imported on first use (PPO pulls in stable-baselines3)."""
 
 
