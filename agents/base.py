@@ -52,6 +52,7 @@ class Agent(ABC):
 
 _REGISTRY: dict[str, Callable[..., Agent]] = {}
 _BUILTIN = {"random": "agents.random:RandomAgent", "ppo": "agents.ppo:PPOAgent",
+            "evolution": "agents.evolution:EvolutionAgent",
             "heron_cga": "agents.heron_cga:HeronCGAAgent",
             "mind_mappings": "agents.mind_mappings:MindMappingsAgent"}
 """Built-in agents, imported on first use (PPO pulls in stable-baselines3)."""

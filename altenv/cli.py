@@ -1,4 +1,4 @@
-"""The ``altenv`` command line: ``demo``, ``tune``, ``train``, ``export``, ``envs``."""
+"""The ``altenv`` command line: ``demo``, ``tune``, ``train``, ``export``, ``envs``, ``bench``."""
 
 from __future__ import annotations
 
@@ -70,6 +70,58 @@ def _envs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .bench import load_suite
+    from .bench.report import report
+    from .config import ConfigError
+
+    kind = "ops" if args.bench == "ops" else "nets"
+    entries = args.workload if kind == "ops" else args.model
+    if (args.suite is None) == (not entries):
+        what = "--workload SPEC" if kind == "ops" else "--model NAME"
+        raise ConfigError(f"bench {args.bench}: give either --suite NAME or {what} (not both)")
+    overrides = {"budget": args.budget, "seeds": args.seeds,
+                 "tuners": args.tuners.split(",") if args.tuners else None,
+                 "baselines": args.baselines.split(",") if args.baselines else None,
+                 "altenv.name": args.altenv_agent}
+    if args.suite is None:
+        key = "workloads" if kind == "ops" else "models"
+        overrides.update(name="adhoc", kind=kind, **{key: [
+            {"name": _entry_name(e), ("spec" if kind == "ops" else "model"): e}
+            for e in entries]})
+        from .bench.suite import BenchSuite
+        from .config import load_config
+
+        suite = load_config(None, BenchSuite, **overrides)
+    else:
+        suite = load_suite(args.suite, **overrides)
+    if suite.kind != kind:
+        raise ConfigError(f"bench {args.bench}: suite {suite.name!r} is a {suite.kind} suite")
+    output = Path(args.output or f"runs/bench-{suite.name}")
+    if kind == "ops":
+        from .bench.ops import run_ops_bench
+
+        timings = run_ops_bench(suite, output, args.filter, progress=not args.quiet,
+                                retime=args.retime)
+    else:
+        from .bench.net import run_net_bench
+
+        timings = run_net_bench(suite, output, args.filter, progress=not args.quiet,
+                                retime=args.retime)
+    print(report(timings, output, suite.baselines), end="")
+    print(f"results: {output / 'results.csv'}, plots: {output}/*.png")
+    return 0
+
+
+def _entry_name(spec: str) -> str:
+    """A directory-safe short name of an ad-hoc workload spec or model."""
+    import re
+
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", spec).strip("_")[:80]
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="altenv", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -106,6 +158,27 @@ def build_parser() -> argparse.ArgumentParser:
     env_list = sub.add_parser("envs", help="list the Gymnasium environments and their spaces")
     env_list.add_argument("id", nargs="?", help="one env id: print its full description")
     env_list.set_defaults(func=_envs)
+
+    bench = sub.add_parser("bench", help="tuners and baselines side by side at equal budget")
+    kinds = bench.add_subparsers(dest="bench", required=True)
+    for name, entry_help in (("ops", "operator"), ("net", "network")):
+        p = kinds.add_parser(name, help=f"{entry_help} benchmarks (resume from --output)")
+        p.add_argument("--suite", help="suite name in configs/bench/ or a YAML path")
+        if name == "ops":
+            p.add_argument("--workload", nargs="+", help="operator specs instead of a suite")
+        else:
+            p.add_argument("--model", nargs="+", help="models instead of a suite")
+        p.add_argument("--budget", type=int, help="measured trials per tuner and entry")
+        p.add_argument("--tuners", help="comma-separated: altenv, metaschedule, agent names")
+        p.add_argument("--baselines", help="comma-separated: tvm-default, torch")
+        p.add_argument("--seeds", type=int, help="seeds per tuner")
+        p.add_argument("--altenv-agent", help="the agent behind the altenv tuner")
+        p.add_argument("--filter", help="only entries whose name matches this regex")
+        p.add_argument("--output", help="results directory (default runs/bench-<suite>)")
+        p.add_argument("--retime", action="store_true",
+                       help="time finished entries again (tuning results are kept)")
+        p.add_argument("--quiet", action="store_true", help="no progress bars")
+        p.set_defaults(func=_bench)
     return parser
 
 

@@ -335,6 +335,16 @@ def _schedule_of(spec: str, epilogue: list[str], target: Any, entry: dict[str, A
     return task, factors, schedule
 
 
+def best_schedules(cfg: RunConfig, best: dict[str, Any]) -> tuple[dict, dict]:
+    """The best template factors and schedules of each task of a finished network run
+    (from its ``best.json``)."""
+    factors, schedules = {}, {}
+    for name, entry in best["tasks"].items():
+        _, f, schedule = _schedule_of(entry["spec"], entry["epilogue"], cfg.target, entry)
+        factors[name], schedules[name] = dict(f), schedule
+    return factors, schedules
+
+
 def export_run_dir(run_dir: str | Path, output: str | Path) -> Path:
     """``altenv export RUN --output DIR``: the tuned network (``model.so``, ``params.npz``,
     ``manifest.json``, loadable with plain TVM), or for an operator run the tuned operator
@@ -350,10 +360,7 @@ def export_run_dir(run_dir: str | Path, output: str | Path) -> Path:
         from .graph import load_model
 
         model = load_model(cfg.model, seed=cfg.seed, **cfg.model_options)
-        factors, schedules = {}, {}
-        for name, entry in best["tasks"].items():
-            _, f, schedule = _schedule_of(entry["spec"], entry["epilogue"], cfg.target, entry)
-            factors[name], schedules[name] = dict(f), schedule
+        factors, schedules = best_schedules(cfg, best)
         out, _ = export_run(model, output, factors, schedules, cfg.target,
                             manifest_extras={"run": str(run_dir)})
         return out

@@ -14,6 +14,7 @@ from .network import (
     network_baseline,
     torch_module_baseline,
     tune_relax_baseline,
+    tuned_relax_baseline,
     untuned_relax_baseline,
     weight_names,
 )
@@ -22,6 +23,7 @@ from .operator import (
     torch_function,
     torch_operator_baseline,
     tune_tir_baseline,
+    tuned_tir_baseline,
     untuned_tir_baseline,
 )
 from .timing import TimingStats, time_interleaved
@@ -41,7 +43,9 @@ __all__ = [
     "torch_module_baseline",
     "torch_operator_baseline",
     "tune_relax_baseline",
+    "tuned_relax_baseline",
     "tune_tir_baseline",
+    "tuned_tir_baseline",
     "untuned_relax_baseline",
     "untuned_tir_baseline",
     "weight_names",

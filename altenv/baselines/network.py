@@ -4,6 +4,7 @@ with weight pre-packing, TVM's untuned default build, and a torch module in eage
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -143,7 +144,28 @@ def tune_relax_baseline(
             max_trials_global=max_trials, max_trials_per_task=max_trials_per_task,
             num_trials_per_iter=min(num_trials_per_iter, max_trials), builder=builder,
             runner=runner)
-    elapsed = time.perf_counter() - start
+    return tuned_relax_baseline(mod, params, inputs, work_dir, target=tgt, prepack=prepack,
+                                tuning_seconds=time.perf_counter() - start, database=database)
+
+
+def tuned_relax_baseline(
+    mod: tvm.IRModule,
+    params: Mapping[str, np.ndarray],
+    inputs: Sequence[np.ndarray],
+    work_dir: str | Path,
+    *,
+    target: TargetSpec = None,
+    prepack: bool = True,
+    tuning_seconds: float = math.nan,
+    database: ms.database.Database | None = None,
+) -> Baseline:
+    """The network built from a finished ``tune_relax`` run (its JSON database in
+    ``work_dir``, or ``database``), ``prepack`` as the run was tuned. Raises
+    :class:`NoValidMeasurementsError` when nothing valid was measured."""
+    tgt = make_target(target)
+    fused = _fused_for_tuning(mod, tgt, prepack)
+    if database is None:
+        database = ms.database.JSONDatabase(work_dir=str(work_dir), allow_missing=False)
     trials, valid = count_measurements(database)
     if valid == 0:
         raise NoValidMeasurementsError(
@@ -153,7 +175,7 @@ def tune_relax_baseline(
         key = str(record.workload.as_json()[0])  # the workload's structural hash
         best[key] = min(best.get(key, np.inf), mean_run_seconds(record.run_secs))
     summary = TuningSummary(trials, valid, float(sum(v for v in best.values() if v < np.inf)),
-                            elapsed, str(work_dir))
+                            tuning_seconds, str(work_dir))
     with tgt, database:
         applied = relax.transform.MetaScheduleApplyDatabase()(fused)
     if prepack:
@@ -162,7 +184,7 @@ def tune_relax_baseline(
                 relax.transform.SplitLayoutRewritePreproc(), relax.transform.LiftTransformParams(),
                 relax.transform.FoldConstant()])(applied)
     executable = tvm.compile(applied, tgt)
-    notes = (f"MetaSchedule tune_relax, {max_trials} trials, "
+    notes = (f"MetaSchedule tune_relax, {trials} trials, "
              f"weight pre-pack {'on' if prepack else 'off'}")
     return _vm_baseline("metaschedule", executable, inputs, _weight_tensors(mod, params), notes,
                         tuning=summary, prepacked=prepack)

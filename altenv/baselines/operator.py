@@ -3,6 +3,7 @@ an exact trial budget, TVM's untuned default lowering, and PyTorch eager."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -89,17 +90,36 @@ def tune_tir_baseline(
             num_trials_per_iter=min(num_trials_per_iter, max_trials), builder=builder,
             runner=runner, num_tuning_cores=target_cores(tgt), seed=seed, strategy=strategy,
         )
-    elapsed = time.perf_counter() - start
+    return tuned_tir_baseline(program, work_dir, target=tgt, seed=seed, raw=raw,
+                              tuning_seconds=time.perf_counter() - start, database=database)
+
+
+def tuned_tir_baseline(
+    program: OpProgram,
+    work_dir: str | Path,
+    *,
+    target: TargetSpec = None,
+    seed: int = 0,
+    raw: Mapping[str, np.ndarray] | None = None,
+    tuning_seconds: float = math.nan,
+    database: ms.database.Database | None = None,
+) -> Baseline:
+    """The best schedule of a finished ``tune_tir`` run (its JSON database in ``work_dir``,
+    or ``database``), compiled. Raises :class:`NoValidMeasurementsError` when the run
+    measured nothing valid."""
+    tgt = make_target(target)
+    if database is None:
+        database = ms.database.JSONDatabase(work_dir=str(work_dir), allow_missing=False)
     trials, valid = count_measurements(database)
     if valid == 0:
         raise NoValidMeasurementsError(
             f"tune_tir on {program.workload}: {trials} candidates measured, none valid "
             f"(see {work_dir}/logs)")
     best = min(mean_run_seconds(r.run_secs) for r in database.get_all_tuning_records())
-    sch = ms.tir_integration.compile_tir(database, mod, tgt)
-    summary = TuningSummary(trials, valid, best, elapsed, str(work_dir))
+    sch = ms.tir_integration.compile_tir(database, as_module(program.func), tgt)
+    summary = TuningSummary(trials, valid, best, tuning_seconds, str(work_dir))
     return _tvm_baseline("metaschedule", program, tvm.compile(sch.mod, tgt), raw, seed,
-                         f"MetaSchedule tune_tir, {max_trials} trials", summary)
+                         f"MetaSchedule tune_tir, {trials} trials", summary)
 
 
 def untuned_tir_baseline(

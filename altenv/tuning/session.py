@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Sequence
 
 import numpy as np
@@ -21,6 +21,9 @@ from ..costmodel import CostModel, extract_features
 from ..measure import MeasureCandidate, Measurer
 from ..records import Record, RecordDB, candidate_key
 from .task import Candidate, Factors, OpTask, freeze
+
+FEATURE_CACHE_SIZE = 10_000
+"""Candidates whose features a session keeps (a few KB each)."""
 
 
 class TuningSession:
@@ -52,6 +55,7 @@ class TuningSession:
         self.seconds: dict[str, float] = dict.fromkeys(
             ("search", "cost_model", "build", "run", "measure_wall"), 0.0)
         self._latency: dict[Candidate, float] = {}
+        self._feature_cache: OrderedDict[Candidate, np.ndarray] = OrderedDict()
         self._resume()
 
     # ------------------------------------------------------------ bookkeeping
@@ -71,6 +75,10 @@ class TuningSession:
     def measured(self, candidate: Candidate) -> float | None:
         """The recorded latency of a candidate (``inf`` if it failed), ``None`` if new."""
         return self._latency.get(candidate)
+
+    def measured_items(self) -> list[tuple[Candidate, float]]:
+        """Every measured candidate with its latency (s, ``inf`` if it failed)."""
+        return list(self._latency.items())
 
     def _candidate(self, record: Record) -> Candidate:
         factors = freeze(record.layouts["factors"])
@@ -97,9 +105,19 @@ class TuningSession:
 
     def _features(self, factors: Factors, candidates: Sequence[Candidate]
                   ) -> list[np.ndarray]:
+        """Per-store features of the valid candidates (all of one layout), cached: search
+        strategies score the same points again as the cost model retrains."""
         space = self.task.space(factors)
-        schedules = [space.decode(c.point) for c in candidates]
-        return extract_features(space.context, [s for s in schedules if s is not None])
+        valid = [c for c in candidates if space.decode(c.point) is not None]
+        new = [c for c in dict.fromkeys(valid) if c not in self._feature_cache]
+        if new:
+            feats = extract_features(space.context, [space.decode(c.point) for c in new])
+            for cand, feat in zip(new, feats):
+                self._feature_cache[cand] = feat
+            while len(self._feature_cache) > FEATURE_CACHE_SIZE:
+                self._feature_cache.popitem(last=False)
+        return [self._feature_cache[c] if c in self._feature_cache else
+                extract_features(space.context, [space.decode(c.point)])[0] for c in valid]
 
     def _train(self, factors: Factors, candidates: Sequence[Candidate],
                latencies: Sequence[float]) -> None:

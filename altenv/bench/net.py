@@ -1,0 +1,191 @@
+"""``altenv bench net``: whole networks, altenv against MetaSchedule's ``tune_relax``.
+
+Each (model, tuner, seed) is a cell like in ``bench ops``: the ``altenv`` tuner (and any
+agent) is an ordinary ``altenv tune`` run of the model in ``DIR/<model>/<tuner>-seed<k>/``
+(resumable from its records), ``metaschedule`` a ``tune_relax`` run with the same total
+budget (restarted if cut short). When a model's cells are finished, the tuned networks,
+TVM's untuned build and PyTorch eager are checked against torch and timed interleaved;
+the share of altenv's latency spent in inserted layout conversions is measured by
+instrumenting the Relax VM's calls.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from ..config import RunConfig
+from ..measure import MeasureConfig
+from ..target import make_target
+from .ops import METASCHEDULE, cell_dir
+from .suite import BenchSuite, NetEntry
+
+
+def _run_config(suite: BenchSuite, entry: NetEntry, tuner: str, seed: int, path: Path,
+                budget: int, measure: MeasureConfig) -> RunConfig:
+    agent = suite.altenv.model_dump() if tuner == "altenv" else {"name": tuner}
+    joint = round(budget * 0.3)
+    return RunConfig(name=path.name, model=entry.model, model_options=entry.options,
+                     target=suite.target, agent=agent, seed=seed, measure=measure,
+                     budget={"joint": joint, "loop_only": budget - joint},
+                     output_dir=str(path.parent))
+
+
+def tune_net_cell(suite: BenchSuite, entry: NetEntry, tuner: str, seed: int, output: Path,
+                  budget: int, measure: MeasureConfig, progress: bool = True
+                  ) -> dict[str, Any]:
+    """Tune one network cell unless its ``cell.json`` says it is finished."""
+    path = cell_dir(output, entry, tuner, seed)
+    done = path / "cell.json"
+    if done.exists() and json.loads(done.read_text()).get("budget") == budget:
+        return json.loads(done.read_text())
+    start = time.perf_counter()
+    if tuner == METASCHEDULE:
+        from ..baselines import tune_relax_baseline
+        from ..graph import load_model
+
+        if path.exists():
+            shutil.rmtree(path)
+        model = load_model(entry.model, seed=0, **entry.options)
+        baseline = tune_relax_baseline(model.mod, model.params, model.random_inputs(0),
+                                       path, budget, target=suite.target, config=measure,
+                                       seed=seed)
+        summary = {"trials": baseline.tuning.trials, "valid": baseline.tuning.valid,
+                   "tuning_seconds": time.perf_counter() - start, "history": []}
+    else:
+        from ..run import tune_model
+
+        result = tune_model(_run_config(suite, entry, tuner, seed, path, budget, measure),
+                            progress)
+        summary = {"trials": result.trials, "tuning_seconds": result.tuning_seconds,
+                   "history": []}
+    summary.update(workload=entry.name, model=entry.model, tuner=tuner, seed=seed,
+                   budget=budget)
+    done.write_text(json.dumps(summary, indent=1))
+    return summary
+
+
+def conversion_share(network: Any, inputs: list[Any], runs: int = 5) -> tuple[float, float]:
+    """``(conversion seconds, all calls' seconds)`` of one run of ``network`` (median of
+    ``runs``), from a Relax VM whose every call is timed by an instrument."""
+    import statistics
+
+    import tvm
+    from tvm import relax
+
+    vm = relax.VirtualMachine(network.built.executable, network.built.device)
+    args = [tvm.runtime.tensor(x, network.built.device) for x in inputs]
+    args += network._device_params()
+    seconds: dict[str, float] = defaultdict(float)
+    started: dict[str, float] = {}
+
+    def instrument(func: Any, symbol: str, before: bool, ret: Any, *call_args: Any) -> int:
+        if before:
+            started[symbol] = time.perf_counter()
+        else:
+            seconds[symbol] += time.perf_counter() - started.pop(symbol)
+        return 0  # VMInstrumentReturnKind.NO_OP
+
+    vm.set_instrument(instrument)
+    conversions = {c.func for c in network.conversions}
+    shares = []
+    for _ in range(runs + 1):
+        seconds.clear()
+        vm["main"](*args)
+        shares.append((sum(v for k, v in seconds.items() if k in conversions),
+                       sum(seconds.values())))
+    conv = statistics.median(s[0] for s in shares[1:])
+    total = statistics.median(s[1] for s in shares[1:])
+    return conv, total
+
+
+def retime_net(suite: BenchSuite, entry: NetEntry, cells: list[dict[str, Any]], output: Path,
+               baselines: list[str], rounds: int = 10) -> dict[str, Any]:
+    """Rebuild every finished cell's network and the baselines, check them against torch,
+    time them interleaved; writes and returns ``timing.json``."""
+    import yaml
+
+    from ..baselines import (
+        compare,
+        network_baseline,
+        torch_module_baseline,
+        tuned_relax_baseline,
+        untuned_relax_baseline,
+    )
+    from ..graph import load_model
+    from ..graph.network import build_network
+    from ..graph.tasks import extract_tasks
+    from ..run import best_schedules
+
+    model = load_model(entry.model, seed=0, **entry.options)
+    inputs = model.random_inputs(12345)
+    expected = model.reference(inputs)
+    runs, extras = [], {}
+    for cell in cells:
+        label = f"{cell['tuner']}#{cell['seed']}"
+        path = cell_dir(output, entry, cell["tuner"], cell["seed"])
+        if cell["tuner"] == METASCHEDULE:
+            run = tuned_relax_baseline(model.mod, model.params, inputs, path,
+                                       target=suite.target)
+            run.name = label
+        else:
+            run_dir = path / path.name
+            cfg = RunConfig.model_validate(yaml.safe_load((run_dir / "config.yaml").read_text()))
+            factors, schedules = best_schedules(
+                cfg, json.loads((run_dir / "best.json").read_text()))
+            network = build_network(extract_tasks(model), factors, schedules, suite.target)
+            conv, calls = conversion_share(network, inputs)
+            extras[label] = {"conversions": len(network.conversions),
+                             "conversion_ms": conv * 1e3,
+                             "conversion_share": conv / calls if calls else 0.0}
+            run = network_baseline(label, network, inputs)
+        runs.append(run)
+    if "tvm-default" in baselines:
+        runs.append(untuned_relax_baseline(model.mod, model.params, inputs, target=suite.target))
+    if "torch" in baselines and model.torch_module is not None:
+        runs.append(torch_module_baseline(model.torch_module, inputs, target=suite.target))
+    stats = compare(runs, expected, rtol=1e-4, rounds=rounds)
+    timing = {"workload": entry.name, "model": entry.model, "options": entry.options,
+              "budget": cells[0]["budget"], "target": str(make_target(suite.target)),
+              "programs": {name: {"median_s": st.median, "min_s": st.min, "max_s": st.max,
+                                  "spread": st.spread} for name, st in stats.items()},
+              "cells": {f"{c['tuner']}#{c['seed']}": {
+                  "tuner": c["tuner"], "seed": c["seed"], "trials": c["trials"],
+                  "tuning_seconds": c["tuning_seconds"], "history": c["history"],
+                  "extra": extras.get(f"{c['tuner']}#{c['seed']}", {})} for c in cells}}
+    (output / entry.name / "timing.json").write_text(json.dumps(timing, indent=1))
+    return timing
+
+
+def run_net_bench(suite: BenchSuite, output: str | Path, model_filter: str | None = None,
+                  measure: MeasureConfig | None = None, progress: bool = True,
+                  retime: bool = False) -> list[dict[str, Any]]:
+    """Tune and re-time the suite's (filtered) models; returns their timings. Finished
+    cells and timings are reused unless ``retime`` asks for new timings."""
+    output = Path(output)
+    output.mkdir(parents=True, exist_ok=True)
+    (output / "suite.json").write_text(suite.model_dump_json(indent=1))
+    measure = measure or MeasureConfig()
+    timings = []
+    for entry in suite.select(model_filter):
+        timing_file = output / entry.name / "timing.json"
+        expected = {f"{t}#{s}" for t in suite.tuners for s in range(suite.seeds)}
+        if timing_file.exists() and not retime:
+            timing = json.loads(timing_file.read_text())
+            if timing.get("budget") == suite.budget and expected <= set(timing["cells"]):
+                timings.append(timing)
+                continue
+        cells = []
+        for seed in range(suite.seeds):
+            for tuner in suite.tuners:
+                print(f"[bench] {entry.name}: {tuner} seed {seed}, {suite.budget} trials")
+                cells.append(tune_net_cell(suite, entry, tuner, seed, output, suite.budget,
+                                           measure, progress))
+        print(f"[bench] {entry.name}: re-timing {len(cells)} networks and "
+              f"{len(suite.baselines)} baselines interleaved")
+        timings.append(retime_net(suite, entry, cells, output, suite.baselines))
+    return timings

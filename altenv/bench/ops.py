@@ -1,0 +1,213 @@
+"""``altenv bench ops``: every tuner on every operator at the same measured-trial budget.
+
+Each (workload, tuner, seed) is a *cell* tuned in its own directory::
+
+    DIR/<workload>/<tuner>-seed<k>/   records.jsonl + progress.json (agents; resumable)
+                                      or MetaSchedule's work dir (restarted if cut short)
+                                      cell.json once finished: trials, seconds, history
+    DIR/<workload>/timing.json        the interleaved re-timing of all finished cells
+
+When every cell of a workload is finished, its final programs are rebuilt in this
+process, checked against torch on random inputs, and timed interleaved with the
+baselines (TVM untuned, PyTorch eager). ``results.csv``, the table and the plots are
+made from the ``timing.json`` files, so a suite run in chunks reports as one.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from ..measure import MeasureConfig
+from ..target import make_target
+from .suite import BenchSuite, OpEntry
+
+ALTENV = "altenv"
+METASCHEDULE = "metaschedule"
+
+
+def cell_dir(output: Path, entry: OpEntry, tuner: str, seed: int) -> Path:
+    """Where one (workload, tuner, seed) is tuned; ``module:Class`` tuners get a safe name."""
+    return output / entry.name / f"{tuner.replace(':', '.')}-seed{seed}"
+
+
+def _agent(suite: BenchSuite, tuner: str, seed: int) -> Any:
+    """The agent of a tuner: the suite's ``altenv`` agent, or a registered/``module:Class``
+    agent with default options; ``seed`` is passed where the agent takes one."""
+    import agents
+
+    name, options = ((suite.altenv.name, dict(suite.altenv.options)) if tuner == ALTENV
+                     else (tuner, {}))
+    cls = agents.agent_class(name)
+    if "seed" in inspect.signature(cls).parameters:
+        options.setdefault("seed", seed)
+    return cls(**options)
+
+
+def _tune_agent_cell(suite: BenchSuite, entry: OpEntry, tuner: str, seed: int, path: Path,
+                     budget: int, measure: MeasureConfig, progress: bool) -> dict[str, Any]:
+    """Tune one cell with an altenv agent; resumes from its records (no trial repeated) and
+    keeps the tuning seconds of earlier attempts in ``progress.json``."""
+    from ..costmodel import CostModel
+    from ..measure import create
+    from ..records import RecordDB
+    from ..tuning import Budget, OpTask, TuningSession, tune
+
+    path.mkdir(parents=True, exist_ok=True)
+    progress_file = path / "progress.json"
+    before = json.loads(progress_file.read_text())["seconds"] if progress_file.exists() else 0.0
+    start = time.perf_counter()
+
+    def save_progress(_: Any) -> None:
+        progress_file.write_text(json.dumps({"seconds": before + time.perf_counter() - start}))
+
+    task = OpTask(entry.spec, suite.target, entry.epilogue)
+    with create(None, measure, task.target) as measurer, \
+            RecordDB(path / "records.jsonl") as db:
+        session = TuningSession(task, measurer, db, CostModel(seed=seed))
+        tune(session, _agent(suite, tuner, seed), Budget.split(budget), progress=progress,
+             callbacks=[save_progress])
+        save_progress(None)
+        cand, latency = session.best
+        if cand is None:
+            raise RuntimeError(f"{entry.name}/{tuner}: no candidate measured successfully "
+                               f"(errors in {path / 'records.jsonl'})")
+        return {"trials": session.trials, "tuning_seconds": before + time.perf_counter() - start,
+                "best_tuning_latency_s": latency, "history": session.history,
+                "factors": dict(cand.factors),
+                "decisions": task.space(cand.factors).to_vector(cand.point).tolist()}
+
+
+def metaschedule_history(work_dir: Path) -> list[float]:
+    """Best latency after each trial of a MetaSchedule run, from its JSON database in
+    measurement order (failed trials count, at the previous best)."""
+    from ..baselines.base import mean_run_seconds
+
+    best, history = math.inf, []
+    record_file = work_dir / "database_tuning_record.json"
+    for line in record_file.read_text().splitlines():
+        if line.strip():
+            best = min(best, mean_run_seconds(json.loads(line)[1][1]))
+            history.append(best)
+    return history
+
+
+def _tune_metaschedule_cell(suite: BenchSuite, entry: OpEntry, seed: int, path: Path,
+                            budget: int, measure: MeasureConfig) -> dict[str, Any]:
+    """Tune one cell with MetaSchedule's ``tune_tir`` on the operator in its framework
+    layout (NCHW/OIHW, padding fused); a run cut short starts over."""
+    from ..baselines import tune_tir_baseline
+    from ..ops import generate
+
+    if path.exists():
+        shutil.rmtree(path)
+    program = generate(entry.spec, epilogue=entry.epilogue)
+    start = time.perf_counter()
+    baseline = tune_tir_baseline(program, path, budget, target=suite.target, config=measure,
+                                 seed=seed)
+    history = metaschedule_history(path)
+    return {"trials": baseline.tuning.trials, "valid": baseline.tuning.valid,
+            "tuning_seconds": time.perf_counter() - start,
+            "best_tuning_latency_s": baseline.tuning.best_seconds, "history": history}
+
+
+def tune_cell(suite: BenchSuite, entry: OpEntry, tuner: str, seed: int, output: Path,
+              budget: int, measure: MeasureConfig, progress: bool = True) -> dict[str, Any]:
+    """Tune one cell unless its ``cell.json`` says it is finished; returns that summary."""
+    path = cell_dir(output, entry, tuner, seed)
+    done = path / "cell.json"
+    if done.exists():
+        summary = json.loads(done.read_text())
+        if summary.get("budget") == budget:
+            return summary
+    if tuner == METASCHEDULE:
+        summary = _tune_metaschedule_cell(suite, entry, seed, path, budget, measure)
+    else:
+        summary = _tune_agent_cell(suite, entry, tuner, seed, path, budget, measure, progress)
+    summary.update(workload=entry.name, spec=entry.spec, tuner=tuner, seed=seed, budget=budget)
+    done.write_text(json.dumps(summary, indent=1))
+    return summary
+
+
+def _program_of(suite: BenchSuite, entry: OpEntry, summary: dict[str, Any], path: Path,
+                raw: Any, label: str) -> Any:
+    """The finished cell's best program as a :class:`~altenv.baselines.Baseline`."""
+    from ..baselines import compiled_baseline, tuned_tir_baseline
+    from ..ops import generate
+    from ..run import _schedule_of
+
+    if summary["tuner"] == METASCHEDULE:
+        baseline = tuned_tir_baseline(generate(entry.spec, epilogue=entry.epilogue), path,
+                                      target=suite.target, raw=raw)
+        baseline.name = label
+        return baseline
+    task, factors, schedule = _schedule_of(entry.spec, entry.epilogue, suite.target, summary)
+    return compiled_baseline(label, task.program(factors), schedule.mod, target=suite.target,
+                             raw=raw)
+
+
+def retime_workload(suite: BenchSuite, entry: OpEntry, cells: list[dict[str, Any]],
+                    output: Path, baselines: list[str], rounds: int = 15) -> dict[str, Any]:
+    """Rebuild every finished cell's program and the baselines, check all against torch on
+    the same random inputs, time them interleaved; writes and returns ``timing.json``."""
+    from ..baselines import compare, torch_operator_baseline, untuned_tir_baseline
+    from ..ops import generate
+
+    plain = generate(entry.spec, epilogue=entry.epilogue)
+    raw = plain.random_inputs(12345)
+    runs = []
+    for summary in cells:
+        label = f"{summary['tuner']}#{summary['seed']}"
+        path = cell_dir(output, entry, summary["tuner"], summary["seed"])
+        runs.append(_program_of(suite, entry, summary, path, raw, label))
+    if "tvm-default" in baselines:
+        runs.append(untuned_tir_baseline(plain, target=suite.target, raw=raw))
+    if "torch" in baselines and plain.op.dtype == "float32":
+        runs.append(torch_operator_baseline(plain, target=suite.target, raw=raw))
+    stats = compare(runs, [plain.reference(raw)], rounds=rounds)
+    timing = {"workload": entry.name, "spec": entry.spec, "epilogue": entry.epilogue,
+              "budget": cells[0]["budget"],
+              "target": str(make_target(suite.target)),
+              "programs": {name: {"median_s": st.median, "min_s": st.min, "max_s": st.max,
+                                  "spread": st.spread} for name, st in stats.items()},
+              "cells": {f"{c['tuner']}#{c['seed']}": {k: c[k] for k in
+                        ("tuner", "seed", "trials", "tuning_seconds", "history")}
+                        for c in cells}}
+    (output / entry.name / "timing.json").write_text(json.dumps(timing, indent=1))
+    return timing
+
+
+def run_ops_bench(suite: BenchSuite, output: str | Path, workload_filter: str | None = None,
+                  measure: MeasureConfig | None = None, progress: bool = True,
+                  retime: bool = False) -> list[dict[str, Any]]:
+    """Tune and re-time the suite's (filtered) workloads; returns their timings. Finished
+    cells and timings are reused, so an interrupted run picks up where it stopped;
+    ``retime`` times finished cells again (e.g. on a quieter machine)."""
+    output = Path(output)
+    output.mkdir(parents=True, exist_ok=True)
+    (output / "suite.json").write_text(suite.model_dump_json(indent=1))
+    measure = measure or MeasureConfig()
+    timings = []
+    for entry in suite.select(workload_filter):
+        timing_file = output / entry.name / "timing.json"
+        expected = {f"{t}#{s}" for t in suite.tuners for s in range(suite.seeds)}
+        if timing_file.exists() and not retime:
+            timing = json.loads(timing_file.read_text())
+            if timing.get("budget") == suite.budget and expected <= set(timing["cells"]):
+                timings.append(timing)
+                continue
+        cells = []
+        for seed in range(suite.seeds):
+            for tuner in suite.tuners:
+                print(f"[bench] {entry.name}: {tuner} seed {seed}, {suite.budget} trials")
+                cells.append(tune_cell(suite, entry, tuner, seed, output, suite.budget,
+                                       measure, progress))
+        print(f"[bench] {entry.name}: re-timing {len(cells)} programs and "
+              f"{len(suite.baselines)} baselines interleaved")
+        timings.append(retime_workload(suite, entry, cells, output, suite.baselines))
+    return timings

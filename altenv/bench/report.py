@@ -1,0 +1,181 @@
+"""Benchmark reports: ``results.csv``, a printed table with geometric means, and plots.
+
+Rows come from the ``timing.json`` files of ``bench ops`` / ``bench net``: one row per
+(entry, tuner, seed) with its re-timed median latency, spread, trials, tuning seconds
+and its speedup over each baseline and over MetaSchedule at the same seed.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+METASCHEDULE = "metaschedule"
+
+
+def rows_of(timings: Sequence[dict[str, Any]], baselines: Sequence[str]) -> list[dict[str, Any]]:
+    """One row per tuned program of each timing (entries in order)."""
+    rows = []
+    for timing in timings:
+        programs = timing["programs"]
+        for label, cell in timing["cells"].items():
+            median = programs[label]["median_s"]
+            row = {"workload": timing["workload"], "tuner": cell["tuner"], "seed": cell["seed"],
+                   "median_ms": median * 1e3, "spread": programs[label]["spread"],
+                   "trials": cell["trials"], "tuning_s": cell["tuning_seconds"]}
+            for name in baselines:
+                base = programs.get(name)
+                row[f"speedup_vs_{name}"] = base["median_s"] / median if base else math.nan
+            ms = programs.get(f"{METASCHEDULE}#{cell['seed']}")
+            row[f"speedup_vs_{METASCHEDULE}"] = ms["median_s"] / median if ms else math.nan
+            row.update(cell.get("extra", {}))
+            rows.append(row)
+    return rows
+
+
+def write_csv(rows: Sequence[dict[str, Any]], path: Path) -> None:
+    """``rows`` as CSV (floats with 6 significant digits)."""
+    fields = list(dict.fromkeys(k for row in rows for k in row))
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v)
+                             for k, v in row.items()})
+
+
+def geomean(values: Sequence[float]) -> float:
+    """Geometric mean of the finite positive values (``nan`` if none)."""
+    good = [v for v in values if math.isfinite(v) and v > 0]
+    return math.exp(sum(map(math.log, good)) / len(good)) if good else math.nan
+
+
+def summary(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per tuner: geometric mean (over workloads, seeds pooled) of each speedup column,
+    and the spread of the per-workload speedups (min and max)."""
+    columns = [k for k in rows[0] if k.startswith("speedup_vs_")] if rows else []
+    out: dict[str, dict[str, float]] = {}
+    for tuner in dict.fromkeys(r["tuner"] for r in rows):
+        mine = [r for r in rows if r["tuner"] == tuner]
+        stats: dict[str, float] = {}
+        for col in columns:
+            per_workload: dict[str, list[float]] = defaultdict(list)
+            for r in mine:
+                per_workload[r["workload"]].append(r[col])
+            medians = [statistics.median(v) for v in per_workload.values()
+                       if all(math.isfinite(x) for x in v)]
+            stats[col] = geomean(medians)
+            stats[col + "_min"] = min(medians) if medians else math.nan
+            stats[col + "_max"] = max(medians) if medians else math.nan
+        out[tuner] = stats
+    return out
+
+
+def format_table(timings: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]],
+                 baselines: Sequence[str]) -> str:
+    """The printed table: each workload's median latency per tuner (median over seeds),
+    the baselines' latencies, then the geometric-mean speedups per tuner."""
+    if not rows:
+        return "(no finished workloads)\n"
+    tuners = list(dict.fromkeys(r["tuner"] for r in rows))
+    workloads = list(dict.fromkeys(r["workload"] for r in rows))
+    by = defaultdict(list)
+    for r in rows:
+        by[r["workload"], r["tuner"]].append(r)
+    width = max(len(w) for w in workloads + ["geomean x vs metaschedule"]) + 2
+    col = 22
+    lines = [f"{'latency (ms)':<{width}}" + "".join(f"{t[:col - 2]:>{col}s}" for t in
+                                                   [*tuners, *baselines])]
+    for w in workloads:
+        cells = []
+        for t in tuners:
+            vals = [r["median_ms"] for r in by[w, t]]
+            cells.append(f"{statistics.median(vals):{col}.4g}" if vals else f"{'-':>{col}s}")
+        programs = next(t["programs"] for t in timings if t["workload"] == w)
+        cells += [f"{programs[b]['median_s'] * 1e3:{col}.4g}" if b in programs
+                  else f"{'-':>{col}s}" for b in baselines]
+        lines.append(f"{w:<{width}}" + "".join(cells))
+    stats = summary(rows)
+    for name in [*baselines, METASCHEDULE]:
+        key = f"speedup_vs_{name}"
+        cells = []
+        for t in tuners:
+            s = stats[t]
+            text = (f"{s[key]:.3g} [{s[key + '_min']:.2g}, {s[key + '_max']:.2g}]"
+                    if math.isfinite(s[key]) else "-")
+            cells.append(f"{text:>{col}s}")
+        lines.append(f"{'geomean x vs ' + name:<{width}}" + "".join(cells))
+    lines.append("(speedups: geometric mean over workloads of the median over seeds; "
+                 "[min, max] over workloads)")
+    return "\n".join(lines) + "\n"
+
+
+def plot(timings: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]], output: Path,
+         reference: str) -> list[Path]:
+    """``speedup.png``: per-workload bars of each tuner's speedup over ``reference`` (a
+    baseline, median over seeds); ``convergence.png``: best latency vs trials per tuner
+    (median over seeds), one panel per workload."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    paths = []
+    tuners = list(dict.fromkeys(r["tuner"] for r in rows))
+    workloads = list(dict.fromkeys(r["workload"] for r in rows))
+    col = f"speedup_vs_{reference}"
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(workloads) * max(len(tuners), 1) / 2), 4))
+    width = 0.8 / max(len(tuners), 1)
+    for i, t in enumerate(tuners):
+        vals = [statistics.median([r[col] for r in rows if r["workload"] == w and
+                                   r["tuner"] == t] or [math.nan]) for w in workloads]
+        ax.bar(np.arange(len(workloads)) + i * width, vals, width, label=t)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks(np.arange(len(workloads)) + width * (len(tuners) - 1) / 2)
+    ax.set_xticklabels(workloads, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel(f"speedup over {reference}")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    paths.append(output / "speedup.png")
+    fig.savefig(paths[-1], dpi=120)
+    plt.close(fig)
+
+    cols = min(3, len(timings))
+    nrows = math.ceil(len(timings) / cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(4.2 * cols, 3.2 * nrows), squeeze=False)
+    for ax, timing in zip(axes.flat, timings):
+        for t in tuners:
+            histories = [c["history"] for c in timing["cells"].values() if c["tuner"] == t
+                         and c["history"]]
+            if not histories:
+                continue
+            n = min(len(h) for h in histories)
+            curve = np.median(np.array([h[:n] for h in histories]), axis=0) * 1e3
+            ax.plot(np.arange(1, n + 1), curve, label=t)
+        ax.set_title(timing["workload"], fontsize=9)
+        ax.set_xlabel("measured trials")
+        ax.set_ylabel("best latency (ms)")
+        ax.set_yscale("log")
+    for ax in list(axes.flat)[len(timings):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=8)
+    fig.tight_layout()
+    paths.append(output / "convergence.png")
+    fig.savefig(paths[-1], dpi=120)
+    plt.close(fig)
+    return paths
+
+
+def report(timings: Sequence[dict[str, Any]], output: Path, baselines: Sequence[str]) -> str:
+    """Write ``results.csv`` and the plots into ``output``; returns the printed table."""
+    rows = rows_of(timings, baselines)
+    write_csv(rows, output / "results.csv")
+    if rows:
+        plot(timings, rows, output, baselines[0] if baselines else METASCHEDULE)
+    return format_table(timings, rows, baselines)

@@ -1,0 +1,130 @@
+"""Benchmark suites: YAML files in ``configs/bench/`` validated by typed models.
+
+An operator suite lists workloads (a spec and an epilogue); a network suite lists models
+(a zoo name, ONNX file or ``file.py:factory`` with loader options). Both name their
+default budget, tuners and baselines, which the command line may override.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from ..config import ConfigError, load_config
+from ..ops import parse_workload
+
+SUITE_DIR = Path(__file__).resolve().parents[2] / "configs" / "bench"
+"""Where ``--suite NAME`` looks for ``NAME.yaml``."""
+
+OP_BASELINES = ("tvm-default", "torch")
+NET_BASELINES = ("tvm-default", "torch")
+BUILTIN_TUNERS = ("altenv", "metaschedule")
+"""Tuners with a meaning of their own; any other name is a registered agent."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AgentSpec(_Strict):
+    """The agent behind the ``altenv`` tuner (a registered name or ``module:Class``)."""
+
+    name: str = "evolution"
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class OpEntry(_Strict):
+    """One operator workload: ``name`` (a short label), ``spec`` and fused ``epilogue``."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    spec: str
+    epilogue: list[Literal["bias", "residual", "relu", "relu6"]] = Field(default_factory=list)
+    note: str = ""
+
+    @field_validator("spec")
+    @classmethod
+    def _spec(cls, value: str) -> str:
+        return str(parse_workload(value))
+
+
+class NetEntry(_Strict):
+    """One network: ``model`` as ``altenv tune`` takes it, ``options`` for its loader."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    model: str
+    options: dict[str, Any] = Field(default_factory=dict)
+    note: str = ""
+
+
+class BenchSuite(_Strict):
+    """A benchmark suite (``configs/bench/*.yaml``)."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    kind: Literal["ops", "nets"]
+    description: str = ""
+    budget: int = Field(200, ge=1)
+    seeds: int = Field(1, ge=1)
+    tuners: list[str] = Field(default_factory=lambda: ["altenv", "metaschedule"])
+    baselines: list[str] = Field(default_factory=lambda: list(OP_BASELINES))
+    altenv: AgentSpec = Field(default_factory=AgentSpec)
+    target: str | dict[str, Any] = "cpu"
+    workloads: list[OpEntry] = Field(default_factory=list)
+    models: list[NetEntry] = Field(default_factory=list)
+
+    @field_validator("tuners")
+    @classmethod
+    def _tuners(cls, value: list[str]) -> list[str]:
+        import agents
+
+        allowed = sorted(set(BUILTIN_TUNERS) | set(agents.available()))
+        for name in value:
+            if name not in allowed and ":" not in name:
+                raise ValueError(f"unknown tuner {name!r}; allowed: {', '.join(allowed)} "
+                                 "or 'module:Class'")
+        if len(set(value)) != len(value):
+            raise ValueError(f"tuners repeat a name: {value}")
+        return value
+
+    @model_validator(mode="after")
+    def _entries(self) -> BenchSuite:
+        allowed = OP_BASELINES if self.kind == "ops" else NET_BASELINES
+        for name in self.baselines:
+            if name not in allowed:
+                raise ValueError(f"baselines: unknown baseline {name!r}; allowed: "
+                                 f"{', '.join(allowed)}")
+        entries = self.workloads if self.kind == "ops" else self.models
+        if not entries:
+            raise ValueError(f"a {self.kind} suite needs "
+                             f"{'workloads' if self.kind == 'ops' else 'models'}")
+        names = [e.name for e in entries]
+        if len(set(names)) != len(names):
+            raise ValueError(f"entry names repeat: {names}")
+        return self
+
+    def select(self, pattern: str | None) -> list[OpEntry] | list[NetEntry]:
+        """The entries whose name matches the regular expression ``pattern`` (all for
+        ``None``); a pattern matching nothing is an error naming the entries."""
+        entries = self.workloads if self.kind == "ops" else self.models
+        if pattern is None:
+            return list(entries)
+        chosen = [e for e in entries if re.search(pattern, e.name)]
+        if not chosen:
+            raise ConfigError(f"--filter {pattern!r} matches none of "
+                              f"{', '.join(e.name for e in entries)}")
+        return chosen
+
+
+def load_suite(name_or_path: str, **overrides: Any) -> BenchSuite:
+    """A suite by name (``configs/bench/NAME.yaml``) or YAML path, with dotted overrides
+    (``None`` values ignored); a bad field raises a one-line :class:`ConfigError`."""
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = SUITE_DIR / f"{name_or_path}.yaml"
+        if not path.exists():
+            known = sorted(p.stem for p in SUITE_DIR.glob("*.yaml"))
+            raise ConfigError(f"--suite {name_or_path!r}: no such suite; allowed: "
+                              f"{', '.join(known)} or a YAML path")
+    return load_config(path, BenchSuite, **overrides)
