@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import tvm
 from tvm import te, tirx
+from tvm.sym.analyzer import Analyzer
 
 from ..layout import Layout
 from ..layout.primitives import StoreAt
@@ -49,6 +50,7 @@ class OpProgram:
     epilogue: tuple[str, ...]
     tensors: list[te.Tensor] = field(repr=False)
     arg_names: list[str]
+    reduce: Layout | None = None
 
     @property
     def bias_in_weight(self) -> bool:
@@ -104,13 +106,21 @@ class OpProgram:
 
 
 def generate(workload: str | Workload, layouts: Mapping[str, Layout] | None = None,
-             epilogue: Sequence[str] = ()) -> OpProgram:
+             epilogue: Sequence[str] = (), reduce: Layout | None = None) -> OpProgram:
     """Generate ``workload`` with the given layouts (identity where none is given).
 
     ``layouts`` maps tensor names (``data``, ``weight``, ``out``, and for epilogues
     ``bias`` and ``residual``) to :class:`Layout` objects over their logical shapes. The
     residual shares the output layout unless given. ``epilogue`` is an ordered subset of
     ``bias``, ``residual``, ``relu``, ``relu6`` (``clip(x, 0, 6)``).
+
+    ``reduce`` is a layout of the reduction domain (logical shape: the operator's
+    reduction extents): the reduction loops become its physical dims, e.g. an intrinsic
+    mapping's fused, padded and split ``rc.rw -> (I*KW)/4, 4`` (``altenv.mapping``).
+    Index expressions are then simplified over the loop ranges, so the operand reads are
+    the plain physical indices a tensor intrinsic matches. Reduction points in the
+    layout's padding are not guarded: they must read a zero from an operand that is
+    padded the same way (a mapping pads the weight with zeros).
     """
     wl = parse_workload(workload)
     op = operator_for(wl)
@@ -141,19 +151,33 @@ def generate(workload: str | Workload, layouts: Mapping[str, Layout] | None = No
             raise ValueError(f"layouts[{name!r}]: logical shape {layout.logical_shape} does not "
                              f"match the tensor's shape {tuple(shape)} in {wl}")
 
-    holders = {name: te.placeholder(layouts[name].shape, op.dtype, name=name)
+    holders = {name: te.placeholder(layouts[name].shape, op.input_dtype(name), name=name)
                for name in op.input_shapes()}
+    analyzer = Analyzer() if reduce is not None else None
 
     def read(name: str, idx: list[Any]) -> Any:
         phys, valid = layouts[name].to_physical(idx)
+        if analyzer is not None:
+            phys = [analyzer.simplify(x) for x in phys]
         return _guard(valid, holders[name][tuple(phys)], holders[name].dtype)
 
     out_layout = layouts["out"]
-    red = [te.reduce_axis((0, ext), name=n) for n, ext in op.reduce_extents()]
+    red_names, extents = zip(*op.reduce_extents())
+    if reduce is not None and reduce.logical_shape != extents:
+        raise ValueError(f"reduce: a layout of shape {reduce.logical_shape}, but the reduction "
+                         f"of {wl} has extents {extents}")
+    red = [te.reduce_axis((0, ext), name=n) for n, ext in
+           (zip(red_names, extents) if reduce is None else
+            ((f"r{i}", e) for i, e in enumerate(reduce.shape)))]
 
     def main(*phys: Any) -> Any:
         logical, valid = out_layout.to_logical(list(phys))
-        body = op.body(read, logical, [r.var for r in red])
+        red_vars = [r.var for r in red]
+        if reduce is not None:
+            for var, ext in zip(list(phys) + red_vars, out_layout.shape + reduce.shape):
+                analyzer.bind(var, tvm.ir.Range(0, ext))
+            red_vars = reduce.to_logical(red_vars)[0]  # padding: zero weights, no guard
+        body = op.body(read, logical, red_vars)
         return te.sum(_guard(valid, body, op.out_dtype), axis=red)
 
     out = te.compute(out_layout.shape, main, name=wl.kind)
@@ -163,7 +187,8 @@ def generate(workload: str | Workload, layouts: Mapping[str, Layout] | None = No
         if extra is not None:
             tensors.append(extra)
             names.append(step)
-    return OpProgram(wl, op, layouts, tuple(epilogue), tensors + [out], names + ["out"])
+    return OpProgram(wl, op, layouts, tuple(epilogue), tensors + [out], names + ["out"],
+                     reduce)
 
 
 def _epilogue(step: str, prev: te.Tensor, out_layout: Layout, layouts: dict[str, Layout],

@@ -42,6 +42,12 @@ class Operator:
         self.dtype = workload.dtype
         self.out_dtype = "int32" if workload.dtype == "int8" else workload.dtype
 
+    def input_dtype(self, name: str) -> str:
+        """dtype of input ``name``. ``int8`` operators are quantized the x86 way: unsigned
+        8-bit activations (``data``, uint8) times signed 8-bit weights (int8), summed in
+        int32 (what the u8 x i8 dot-product instructions compute)."""
+        return "uint8" if self.dtype == "int8" and name == "data" else self.dtype
+
     # shapes ---------------------------------------------------------------
     @property
     def kind(self) -> str:
@@ -85,8 +91,10 @@ class Operator:
         rng = np.random.default_rng(seed)
         out = {}
         for name, shape in self.raw_shapes().items():
-            if self.dtype == "int8":
-                out[name] = rng.integers(-8, 8, size=shape, dtype=np.int8)
+            dtype = self.input_dtype(name)
+            if dtype in ("uint8", "int8"):  # the full range: saturating int16 pairs would show
+                info = np.iinfo(dtype)
+                out[name] = rng.integers(info.min, info.max + 1, size=shape, dtype=dtype)
             else:
                 out[name] = rng.uniform(-1.0, 1.0, size=shape).astype(self.dtype)
         return out

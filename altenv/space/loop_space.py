@@ -8,6 +8,11 @@ different design spaces that sample the same thing (same kind, attributes, exten
 block, and occurrence) share one subspace, so moving between design spaces keeps the
 tiling. What MetaSchedule does not have — the fixed-length vector, directional moves,
 encodings and JSON — is written here.
+
+With a tensor intrinsic (``intrin=``, e.g. an ``altenv.mapping`` dot product), the
+target's rules tile with ``MultiLevelTilingWithIntrin`` instead of ``MultiLevelTiling``
+and the ``RewriteTensorize`` postprocessor emits the intrinsic, so every point is a
+tiling around the tensorized inner block.
 """
 
 from __future__ import annotations
@@ -68,20 +73,43 @@ class _Design:
     fixed: dict[Instruction, Any]
 
 
-class _Core:
-    """Everything derived from (module, target) once: context, designs, subspaces."""
+def _tensorizing_generator(intrin: str) -> ms.space_generator.PostOrderApply:
+    """The LLVM rules and postprocessors with tiling around tensor intrinsic ``intrin``
+    (as TVM's own x86 VNNI configuration)."""
+    rules = [ms.schedule_rule.MultiLevelTilingWithIntrin(
+        intrin, structure="SSRSRS", max_innermost_factor=64,
+        reuse_write=ms.schedule_rule.ReuseType(req="may", levels=[1, 2], scope="global"))
+        if isinstance(r, ms.schedule_rule.MultiLevelTiling) else r
+        for r in ms.ScheduleRule.create("llvm")]
+    postprocs = []
+    for p in ms.Postproc.create("llvm"):
+        postprocs.append(p)
+        if isinstance(p, ms.postproc.RewriteReductionBlock):
+            postprocs.append(ms.postproc.RewriteTensorize(vectorize_init_loop=True))
+    return ms.space_generator.PostOrderApply(sch_rules=rules, postprocs=postprocs,
+                                             mutator_probs="llvm")
 
-    def __init__(self, mod: tvm.IRModule, target: tvm.target.Target) -> None:
+
+class _Core:
+    """Everything derived from (module, target, intrinsic) once: context, designs,
+    subspaces."""
+
+    def __init__(self, mod: tvm.IRModule, target: tvm.target.Target,
+                 intrin: str | None = None) -> None:
         self.mod = mod
         self.target = target
+        self.intrin = intrin
         with tune_context_intrins(target):
+            generator = "post-order-apply" if intrin is None else _tensorizing_generator(intrin)
             self.context = ms.TuneContext(
-                mod, target=target, space_generator="post-order-apply", task_name="task"
+                mod, target=target, space_generator=generator, task_name="task"
             )
         self.postprocs = list(self.context.space_generator.postprocs)
         spaces = self.context.generate_design_space()
         if not spaces:
             raise ValueError("MetaSchedule generated no design space for this task")
+        if intrin is not None and not any(_tensorized(sch) for sch in spaces):
+            raise ValueError(f"MetaSchedule cannot tensorize this task with {intrin}")
         keys: dict[tuple, int] = {}
         subspaces: list[Subspace] = [DesignSubspace("design", len(spaces))]
         defaults: list[Value] = [(0,)]
@@ -114,6 +142,12 @@ class _Core:
             self.designs.append(_Design(insts, tuple(slots), fixed))
         self.subspaces: tuple[Subspace, ...] = tuple(subspaces)
         self.defaults: tuple[Value, ...] = tuple(defaults)
+
+
+def _tensorized(sch: Schedule) -> bool:
+    """Whether a design space tiles a block for a tensor intrinsic."""
+    return any(inst.kind.name == "Annotate" and str(inst.attrs[0]) ==
+               "meta_schedule.auto_tensorize" for inst in sch.trace.insts)
 
 
 def _rv_key(rv: Any) -> int:
@@ -157,16 +191,16 @@ def _make_subspace(signature: tuple, index: int, sch: Schedule) -> Subspace:
 
 
 _CACHE_LOCK = threading.Lock()
-_CORES: dict[tuple[int, str], list[_Core]] = {}
+_CORES: dict[tuple[int, str, str | None], list[_Core]] = {}
 
 
-def _core_for(mod: tvm.IRModule, target: tvm.target.Target) -> _Core:
-    key = (tvm_ffi.structural_hash(mod), str(target))
+def _core_for(mod: tvm.IRModule, target: tvm.target.Target, intrin: str | None) -> _Core:
+    key = (tvm_ffi.structural_hash(mod), str(target), intrin)
     with _CACHE_LOCK:
         for core in _CORES.get(key, []):
             if tvm_ffi.structural_equal(core.mod, mod):
                 return core
-    core = _Core(mod, target)
+    core = _Core(mod, target, intrin)
     with _CACHE_LOCK:
         _CORES.setdefault(key, []).append(core)
     return core
@@ -187,6 +221,9 @@ class LoopSpace:
         The target, e.g. ``altenv.target.make_target(None)``.
     cache_size : int
         Decoded points kept (schedules and validity) to avoid replaying twice.
+    intrin : str | None
+        A registered tensor intrinsic to tile around and tensorize with (``None``: the
+        target's default rules).
     """
 
     def __init__(
@@ -194,10 +231,11 @@ class LoopSpace:
         mod: tvm.tirx.PrimFunc | tvm.IRModule,
         target: tvm.target.Target,
         cache_size: int = 512,
+        intrin: str | None = None,
     ) -> None:
         if isinstance(mod, tvm.tirx.PrimFunc):
             mod = tvm.IRModule({"main": mod.with_attr("global_symbol", "main")})
-        self._core = _core_for(mod, target)
+        self._core = _core_for(mod, target, intrin)
         self._cache_size = cache_size
         self._decoded: OrderedDict[LoopPoint, Schedule | None] = OrderedDict()
 
@@ -243,6 +281,12 @@ class LoopSpace:
         return sum(self.subspace_sizes)
 
     @property
+    def default(self) -> LoopPoint:
+        """Design space 0 with the decisions MetaSchedule generated; sampled points keep
+        these values in the subspaces their design does not read."""
+        return LoopPoint(self._core.defaults)
+
+    @property
     def action_nvec(self) -> np.ndarray:
         """Directions per subspace: the ``nvec`` of a ``MultiDiscrete`` action space."""
         return np.array([s.num_directions for s in self._core.subspaces], dtype=np.int64)
@@ -251,6 +295,39 @@ class LoopSpace:
         """Subspace fed by each exposed sampling instruction of a design space, in trace
         order (the order of those instructions in a decoded schedule's trace)."""
         return tuple(k for _, k in self._core.designs[design].slots)
+
+    def design_sites(self, design: int) -> tuple[tuple[Instruction, int], ...]:
+        """Each exposed sampling instruction of a design space with the subspace it feeds,
+        in trace order."""
+        insts = self._core.designs[design].insts
+        return tuple((insts[i], k) for i, k in self._core.designs[design].slots)
+
+    def design_instructions(self, design: int) -> tuple[Instruction, ...]:
+        """The whole trace of a design space (to find what a sampling instruction reads)."""
+        return self._core.designs[design].insts
+
+    def compute_locations(self, point: LoopPoint, subspace: int) -> tuple[int, ...]:
+        """The locations MetaSchedule offers to a compute-location subspace that
+        ``point``'s design reads, given the point's earlier decisions: the trace is
+        replayed up to that instruction and every location is tried there (MetaSchedule
+        snaps an unavailable one to a neighbour)."""
+        design = self._core.designs[point.design]
+        stop = next(i for i, k in design.slots if k == subspace)
+        sch = self._new_schedule(1)
+        prefix = design.insts[:stop]
+        decisions = {inst: d for inst, d in self._decisions(point).items() if inst in prefix}
+        Trace(list(prefix), decisions).apply_to_schedule(sch, remove_postproc=True)
+        sub = self._core.subspaces[subspace]
+        try:  # the subspace is named after its block when the trace names one
+            block = sch.get_sblock(sub.name.rsplit(":", 1)[-1])
+        except (RuntimeError, ValueError):
+            return tuple(range(-2, sub.num_loops))
+        found = []
+        for loc in range(-2, sub.num_loops):
+            sch.sample_compute_location(block, decision=loc)
+            if int(sch.trace.get_decision(sch.trace.insts[-1])) == loc:
+                found.append(loc)
+        return tuple(found)
 
     def active(self, point: LoopPoint) -> np.ndarray:
         """Mask of the subspaces that ``point``'s design space reads (always subspace 0)."""
@@ -305,14 +382,10 @@ class LoopSpace:
     def _replay(self, point: LoopPoint) -> Schedule | None:
         self._check(point)
         design = self._core.designs[point.design]
-        decisions = dict(design.fixed)
-        for i, k in design.slots:
-            value = point.values[k]
-            decisions[design.insts[i]] = list(value) if len(value) > 1 or isinstance(
-                self._core.subspaces[k], TileSubspace) else value[0]
         sch = self._new_schedule(1)
         try:
-            Trace(list(design.insts), decisions).apply_to_schedule(sch, remove_postproc=True)
+            Trace(list(design.insts), self._decisions(point)).apply_to_schedule(
+                sch, remove_postproc=True)
         except (RuntimeError, ValueError, IndexError):  # ScheduleError, InternalError
             return None
         insts = sch.trace.insts
@@ -320,6 +393,16 @@ class LoopSpace:
             if _value_of(insts[i].kind.name, sch.trace.get_decision(insts[i])) != point.values[k]:
                 return None
         return sch if self._postprocess(sch) else None
+
+    def _decisions(self, point: LoopPoint) -> dict[Instruction, Any]:
+        """The trace decisions of ``point`` (its design's fixed ones included)."""
+        design = self._core.designs[point.design]
+        decisions = dict(design.fixed)
+        for i, k in design.slots:
+            value = point.values[k]
+            decisions[design.insts[i]] = list(value) if len(value) > 1 or isinstance(
+                self._core.subspaces[k], TileSubspace) else value[0]
+        return decisions
 
     def _new_schedule(self, seed: int) -> Schedule:
         return Schedule(self._core.mod, seed=seed, debug_mask="none", error_render_level="none")
