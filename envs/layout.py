@@ -12,7 +12,9 @@ from gymnasium import spaces
 
 from altenv.costmodel import CostModel
 from altenv.measure import Measurer
+from altenv.ops import divisors
 from altenv.space import LoopPoint, LoopSpace
+from altenv.space.constraints import Hardware, LayoutConstraints
 from altenv.tuning import Candidate, OpTask, TuningSession, freeze
 from altenv.tuning.task import Factors
 
@@ -45,6 +47,13 @@ class LayoutTuningEnv(TuningEnv):
     |--------------|-----------------------------------------|----------------------------------|
     | "continuous" | ``Box(0, 1, (n_knobs,), float32)``      | ALT Eq. 2: factor ``R(D * a)``   |
     | "discrete"   | ``MultiDiscrete([n_div] * n_knobs)``    | ``i``-th divisor of the dim      |
+
+    With ``"discrete"``, ``action_masks()`` gives sb3-contrib's ``MaskablePPO`` a flat bool
+    mask (knob by knob): indices past a knob's divisor list are masked, and so are values
+    the layout constraint model forbids (``altenv.space.constraints.LayoutConstraints``;
+    with ``hardware_constraints=True`` the knobs tiling a tensor's innermost dim must be 1,
+    a multiple of the SIMD lanes, or the whole dim). Outer levels of multi-level knobs
+    divide what the inner level left, so only their list length is masked.
 
     Knobs are ``template.knobs`` in order (C2D: ``ht wt ot it it_w ot_w``, 6; GMM:
     ``mt nt kt``, 3; ``levels=2`` adds outer levels). ``n_div`` is the longest divisor list
@@ -92,7 +101,10 @@ class LayoutTuningEnv(TuningEnv):
     | batch               | 128          | loop points sampled per round                      |
     | top_k               | 8            | points measured per round (measure mode)           |
     | loop_rounds         | 1            | rounds per layout evaluation                       |
+    | hardware_constraints| False        | masks also apply the SIMD-length layout constraint |
     | epilogue, levels    | (), 1        | OpTask options (with a spec string)                |
+    | mapping             | "none"       | OpTask option: "amos" makes the action the choice  |
+    |                     |              | of an intrinsic mapping (one knob; docs/mappings)  |
     | session             | None         | TuningSession to share (task, records, cost model) |
     | measurer, db_path   | None         | share a measurer / records file (else made lazily) |
     | cost_model          | None         | CostModel or saved path (default: a new one)       |
@@ -107,6 +119,8 @@ class LayoutTuningEnv(TuningEnv):
                  reward_source: str = "measure", action_type: str = "continuous",
                  episode_length: int = 4, batch: int = 128, top_k: int = 8,
                  loop_rounds: int = 1, epilogue: Sequence[str] = (), levels: int = 1,
+                 mapping: str = "none",
+                 hardware_constraints: bool = False,
                  session: TuningSession | None = None, measurer: Measurer | None = None,
                  db_path: str | Path | None = None,
                  cost_model: CostModel | str | Path | None = None,
@@ -117,7 +131,7 @@ class LayoutTuningEnv(TuningEnv):
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
         if min(episode_length, batch, top_k, loop_rounds) < 1:
             raise ValueError("episode_length, batch, top_k and loop_rounds must be >= 1")
-        task = make_task(workload, target, epilogue, levels, session)
+        task = make_task(workload, target, epilogue, levels, session, mapping)
         self.backend = Backend(task, reward_source, session, measurer, db_path, cost_model,
                                reference_latency)
         self.template = task.template
@@ -126,6 +140,8 @@ class LayoutTuningEnv(TuningEnv):
         self.batch = batch
         self.top_k = top_k
         self.loop_rounds = loop_rounds
+        self.layout_constraints = LayoutConstraints(
+            self.template, Hardware.of(task.target) if hardware_constraints else None)
         self.render_mode = render_mode
         n = len(self.template.knobs)
         self.action_space = (spaces.Box(0.0, 1.0, (n,), dtype=np.float32)
@@ -142,6 +158,18 @@ class LayoutTuningEnv(TuningEnv):
         if self.action_type == "continuous":
             return freeze(self.template.factors_from_actions(np.asarray(action, dtype=float)))
         return freeze(factors_from_indices(self.template, np.asarray(action)))
+
+    def action_masks(self) -> np.ndarray:
+        """Flat bool mask of the discrete layout action (sb3-contrib's ``MaskablePPO``)."""
+        if self.action_type != "discrete":
+            raise ValueError("action masks need action_type='discrete'")
+        masks = []
+        for knob, n in zip(self.template.knobs, self.action_space.nvec):
+            choices = divisors(knob.extent)
+            legal = self.layout_constraints.knob_values(knob.name) if knob.level == 0 \
+                else set(choices)
+            masks.append([i < len(choices) and choices[i] in legal for i in range(int(n))])
+        return np.concatenate(masks).astype(bool)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[np.ndarray, dict[str, Any]]:

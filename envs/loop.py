@@ -13,6 +13,7 @@ from gymnasium import spaces
 from altenv.costmodel import CostModel
 from altenv.measure import Measurer
 from altenv.space import LoopPoint
+from altenv.space.constraints import LoopConstraints, loop_constraints
 from altenv.tuning import Candidate, OpTask, TuningSession
 from altenv.tuning.task import Factors
 
@@ -35,6 +36,12 @@ class LoopTuningEnv(TuningEnv):
     ``MultiDiscrete(space.action_nvec)``: one direction per subspace; 0 stays put
     (e.g. a 4-level tile subspace has 13 directions: stay, or move a prime factor between
     two levels).
+
+    ``action_masks()`` gives sb3-contrib's ``MaskablePPO`` a flat bool mask over those
+    directions: a direction is masked when it leads nowhere or only to points that
+    violate the task's constraint model (``altenv.space.constraints.LoopConstraints``,
+    Heron §4; its SIMD-length and cache-capacity constraints too with
+    ``hardware_constraints=True``); staying put never is.
 
     ## Observation Space
 
@@ -84,6 +91,8 @@ class LoopTuningEnv(TuningEnv):
     | episode_length      | 128        | steps per episode                                     |
     | top_k               | 8          | points measured at reset and at episode end           |
     | measure_every_step  | False      | measure every new point (measure mode)                |
+    | hardware_constraints| False      | keep the walk inside the hardware-constrained space   |
+    |                     |            | (reset samples it with CP-SAT, steps and masks obey)  |
     | epilogue, levels    | (), 1      | OpTask options (with a spec string)                   |
     | session             | None       | TuningSession to share (task, records, cost model)    |
     | measurer, db_path   | None       | share a measurer / records file (else made lazily)    |
@@ -99,6 +108,7 @@ class LoopTuningEnv(TuningEnv):
                  layout: Mapping[str, int] | Factors | None = None,
                  reward_source: str = "measure", batch: int = 128,
                  episode_length: int = 128, top_k: int = 8, measure_every_step: bool = False,
+                 hardware_constraints: bool = False,
                  epilogue: Sequence[str] = (), levels: int = 1,
                  session: TuningSession | None = None, measurer: Measurer | None = None,
                  db_path: str | Path | None = None,
@@ -117,6 +127,7 @@ class LoopTuningEnv(TuningEnv):
         self.episode_length = episode_length
         self.top_k = top_k
         self.measure_every_step = measure_every_step
+        self.hardware_constraints = hardware_constraints
         self.render_mode = render_mode
         self.action_space = spaces.MultiDiscrete(self.space.action_nvec)
         self.observation_space = spaces.Box(0.0, 1.0, (self.space.vector_size + 2 * FEATURES,),
@@ -129,7 +140,8 @@ class LoopTuningEnv(TuningEnv):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
-        points = self.space.sample(self.batch, self.np_random)
+        points = (self.constraints.sample_points(self.batch, self.np_random)
+                  if self.hardware_constraints else self.space.sample(self.batch, self.np_random))
         if not points:
             raise RuntimeError(f"no valid loop point in {self.batch} samples of "
                                f"{self.task.key} with layout {dict(self.factors)}")
@@ -154,7 +166,9 @@ class LoopTuningEnv(TuningEnv):
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         if self.point is None:
             raise RuntimeError("call reset() before step()")
-        self.point = self.space.step(self.point, [int(a) for a in action])
+        directions = [int(a) for a in action]
+        self.point = (self.constraints.step(self.point, directions) if self.hardware_constraints
+                      else self.space.step(self.point, directions))
         self._t += 1
         truncated = self._t >= self.episode_length
         candidate = Candidate(self.factors, self.point)
@@ -173,6 +187,17 @@ class LoopTuningEnv(TuningEnv):
             reward = self.backend.reward(info["latency"])
         self._last = info
         return self._observe(self.point, features[0]), float(reward), False, truncated, info
+
+    @property
+    def constraints(self) -> LoopConstraints:
+        """The constraint model of the loop space (built on first use, cached)."""
+        return loop_constraints(self.space, self.hardware_constraints)
+
+    def action_masks(self) -> np.ndarray:
+        """Flat bool mask of the directions (sb3-contrib's ``MaskablePPO``)."""
+        if self.point is None:
+            raise RuntimeError("call reset() before action_masks()")
+        return self.constraints.masks(self.point)
 
     def _observe(self, point: LoopPoint, features: np.ndarray) -> np.ndarray:
         return np.concatenate([self.space.encode(point), feature_summary(features)])

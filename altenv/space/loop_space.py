@@ -30,7 +30,7 @@ from tvm.s_tir import Schedule
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.schedule import Instruction, Trace
 
-from altenv.space.intrin import tune_context_intrins
+from altenv.space.intrin import ensure_registered, tune_context_intrins
 from altenv.space.subspace import (
     CategoricalSubspace,
     ComputeLocationSubspace,
@@ -76,6 +76,7 @@ class _Design:
 def _tensorizing_generator(intrin: str) -> ms.space_generator.PostOrderApply:
     """The LLVM rules and postprocessors with tiling around tensor intrinsic ``intrin``
     (as TVM's own x86 VNNI configuration)."""
+    ensure_registered(intrin)
     rules = [ms.schedule_rule.MultiLevelTilingWithIntrin(
         intrin, structure="SSRSRS", max_innermost_factor=64,
         reuse_write=ms.schedule_rule.ReuseType(req="may", levels=[1, 2], scope="global"))
