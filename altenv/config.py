@@ -97,6 +97,7 @@ class RunConfig(_Run):
     workload: str | None = None
     model: str | None = None
     model_options: dict[str, Any] = Field(default_factory=dict)
+    mapping: Literal["none", "amos", "cp_embedding"] = "none"
 
     @field_validator("workload")
     @classmethod
@@ -108,6 +109,13 @@ class RunConfig(_Run):
         if (self.workload is None) == (self.model is None):
             raise ValueError("give exactly one of 'workload' (a spec string) and 'model' "
                              "(a zoo name, an .onnx file or file.py:factory)")
+        if self.mapping != "none":
+            from .mapping.space import check_generator
+
+            check_generator(self.mapping)
+            if self.workload is None or not self.workload.endswith("dtype=int8"):
+                raise ValueError(f"mapping={self.mapping!r} maps int8 operators onto int8 dot "
+                                 "products: give an int8 'workload' (…,dtype=int8)")
         return self
 
 

@@ -41,8 +41,10 @@ class RunResult:
     timings: dict[str, dict[str, float]]
 
 
-IDENTITY = ("workload", "workloads", "model", "epilogue", "target")
-"""Config keys a resumed run must share with the run on disk."""
+IDENTITY = {"workload": None, "workloads": None, "model": None, "epilogue": None,
+            "target": None, "mapping": "none"}
+"""Config keys a resumed run must share with the run on disk, with the value a config
+written before the key existed means."""
 
 
 def _open_run(cfg: RunConfig | TrainConfig) -> int:
@@ -52,11 +54,11 @@ def _open_run(cfg: RunConfig | TrainConfig) -> int:
     mine = cfg.model_dump(mode="json")
     if saved.exists():
         old = yaml.safe_load(saved.read_text()) or {}
-        for key in IDENTITY:
-            if old.get(key) != mine.get(key):
+        for key, default in IDENTITY.items():
+            if old.get(key, default) != mine.get(key, default):
                 raise ConfigError(f"config: {cfg.run_dir} holds a run with {key}="
-                                  f"{old.get(key)!r}, not {mine.get(key)!r}; pick another "
-                                  "name or output_dir")
+                                  f"{old.get(key, default)!r}, not {mine.get(key, default)!r};"
+                                  " pick another name or output_dir")
     cfg.run_dir.mkdir(parents=True, exist_ok=True)
     saved.write_text(yaml.safe_dump(mine, sort_keys=False))
     records = cfg.run_dir / "records.jsonl"
@@ -115,7 +117,8 @@ def tune_workload(cfg: RunConfig, progress: bool = True) -> RunResult:
     from .tuning import OpTask, TuningSession, tune
 
     previous = _open_run(cfg)
-    task = OpTask(cfg.workload, cfg.target, cfg.epilogue, cfg.search.levels)
+    task = OpTask(cfg.workload, cfg.target, cfg.epilogue, cfg.search.levels,
+                  mapping=cfg.mapping)
     budget = Budget(cfg.budget.joint, cfg.budget.loop_only)
     start = time.perf_counter()
     log = TensorBoardLog(cfg.run_dir / "tb")
@@ -322,11 +325,12 @@ def train_workloads(cfg: TrainConfig, progress: bool = True) -> Path:
     return checkpoint
 
 
-def _schedule_of(spec: str, epilogue: list[str], target: Any, entry: dict[str, Any]) -> Any:
+def _schedule_of(spec: str, epilogue: list[str], target: Any, entry: dict[str, Any],
+                 mapping: str = "none") -> Any:
     """Replay a recorded best candidate (factors + loop decisions) into its schedule."""
     from .tuning import OpTask, freeze
 
-    task = OpTask(spec, target, epilogue)
+    task = OpTask(spec, target, epilogue, mapping=mapping)
     factors = freeze(entry["factors"])
     space = task.space(factors)
     schedule = space.decode(space.from_vector(entry["decisions"]))
@@ -368,12 +372,14 @@ def export_run_dir(run_dir: str | Path, output: str | Path) -> Path:
 
     from .target import make_target
 
-    task, factors, schedule = _schedule_of(cfg.workload, list(cfg.epilogue), cfg.target, best)
+    task, factors, schedule = _schedule_of(cfg.workload, list(cfg.epilogue), cfg.target, best,
+                                           cfg.mapping)
     program = task.program(factors)
     output.mkdir(parents=True, exist_ok=True)
     tvm.compile(schedule.mod, make_target(cfg.target)).export_library(str(output / "model.so"))
     shapes = {name: (list(lay.shape), str(program.op.out_dtype if name in ("out", "bias",
-              "residual") else program.op.dtype)) for name, lay in program.layouts.items()}
+              "residual") else program.op.input_dtype(name)))
+              for name, lay in program.layouts.items()}
     manifest = {"workload": task.key, "target": str(make_target(cfg.target)),
                 "function": "main", "arguments": [
                     {"name": n, "shape": shapes[n][0], "dtype": shapes[n][1],

@@ -28,6 +28,7 @@ from tvm.s_tir import Schedule
 from altenv.costmodel import CostModel, extract_features
 from altenv.layout import Layout
 from altenv.layout.primitives import Reorder, Split, Unfold
+from altenv.mapping import MappingTemplate
 from altenv.measure import MeasureConfig, Measurer, create
 from altenv.ops import LayoutTemplate, divisors
 from altenv.records import RecordDB
@@ -45,7 +46,7 @@ WORST_REWARD = -1.0
 
 
 def make_task(workload: str | OpTask | None, target: Any, epilogue: Sequence[str],
-              levels: int, session: TuningSession | None) -> OpTask:
+              levels: int, session: TuningSession | None, mapping: str = "none") -> OpTask:
     """The env's task: ``workload`` (a spec string or an ``OpTask``), or the session's."""
     if isinstance(workload, OpTask):
         return workload
@@ -54,7 +55,7 @@ def make_task(workload: str | OpTask | None, target: Any, epilogue: Sequence[str
             raise ValueError("give workload= (a spec such as 'gmm:M=64,N=64,K=64' or an "
                              "OpTask) or session=")
         return session.task
-    return OpTask(workload, target=target, epilogue=epilogue, levels=levels)
+    return OpTask(workload, target=target, epilogue=epilogue, levels=levels, mapping=mapping)
 
 
 def as_factors(template: LayoutTemplate, layout: Mapping[str, int] | Factors | None) -> Factors:
@@ -292,10 +293,14 @@ def tensor_state(layout: Layout, slots: int) -> np.ndarray:
     return np.clip(np.asarray(state, dtype=np.float32), 0.0, 1.0)
 
 
-def layout_observation(template: LayoutTemplate, factors: Mapping[str, int]) -> np.ndarray:
+def layout_observation(template: LayoutTemplate | MappingTemplate, factors: Mapping[str, int]
+                       ) -> np.ndarray:
     """The layout actor's state: per knob ``log(factor) / log(extent)`` and
     ``log2(extent) / 16`` (the shape, so a policy can transfer across workloads), then
-    :func:`tensor_state` of every tensor of the operator (sorted by name)."""
+    :func:`tensor_state` of every tensor of the operator (sorted by name). With an
+    intrinsic mapping as the layout choice: :meth:`MappingTemplate.observation`."""
+    if isinstance(template, MappingTemplate):
+        return template.observation(factors)
     knobs = template.knobs
     chosen = [math.log(factors[k.name]) / math.log(k.extent) if k.extent > 1 else 0.0
               for k in knobs]
@@ -315,15 +320,22 @@ def feature_summary(features: np.ndarray) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------- layout actions
-def divisor_nvec(template: LayoutTemplate) -> np.ndarray:
-    """``nvec`` of the discrete layout action: every knob gets the longest divisor list."""
+def divisor_nvec(template: LayoutTemplate | MappingTemplate) -> np.ndarray:
+    """``nvec`` of the discrete layout action: every knob gets the longest divisor list
+    (a mapping knob: the number of mappings)."""
+    if isinstance(template, MappingTemplate):
+        return template.action_nvec()
     longest = max(len(divisors(k.extent)) for k in template.knobs)
     return np.full(len(template.knobs), longest, dtype=np.int64)
 
 
-def factors_from_indices(template: LayoutTemplate, indices: Sequence[int]) -> dict[str, int]:
+def factors_from_indices(template: LayoutTemplate | MappingTemplate, indices: Sequence[int]
+                         ) -> dict[str, int]:
     """Discrete layout action: index ``i`` picks the ``i``-th divisor (clipped to the last)
-    of what the knob's dim has left (multi-level knobs divide the outer levels' rest)."""
+    of what the knob's dim has left (multi-level knobs divide the outer levels' rest); a
+    mapping knob's index picks the mapping."""
+    if isinstance(template, MappingTemplate):
+        return template.factors_from_indices(indices)
     out: dict[str, int] = {}
     left: dict[str, int] = {}
     for knob, i in zip(template.knobs, indices, strict=True):

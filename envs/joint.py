@@ -42,12 +42,18 @@ class JointTuningEnv(LayoutTuningEnv):
     ## Action Space
 
     As ``altenv/LayoutTuning-v0``: ``Box(0, 1, (n_knobs,), float32)`` (ALT Eq. 2) or, with
-    ``action_type="discrete"``, ``MultiDiscrete([n_div] * n_knobs)``.
+    ``action_type="discrete"``, ``MultiDiscrete([n_div] * n_knobs)``. With
+    ``mapping="amos"`` (an int8 workload) the layout action is the choice of an intrinsic
+    mapping instead: ``Box(0, 1, (1,))`` (mapping ``floor(a * n)``) or
+    ``MultiDiscrete([n])``, ``n`` the mappings AMOS found (``altenv.mapping``); the loop
+    rounds then tile around the tensorized dot product.
 
     ## Observation Space
 
     As ``altenv/LayoutTuning-v0``: the normalized layout state,
-    ``Box(0, 1, (2 * n_knobs + sum_t rank_t * (1 + levels),), float32)``.
+    ``Box(0, 1, (2 * n_knobs + sum_t rank_t * (1 + levels),), float32)``; with a mapping,
+    ``Box(0, 1, (dims * (loops + 1),))``: which loops each intrinsic dim fuses and its
+    padding (``MappingTemplate.observation``).
 
     ## Rewards
 
@@ -88,7 +94,7 @@ class JointTuningEnv(LayoutTuningEnv):
                  episode_length: int = 4, batch: int = 128, top_k: int = 8,
                  loop_rounds: int = 2, walk_length: int = 64,
                  loop_policy: LoopPolicy = random_directions, epilogue: Sequence[str] = (),
-                 levels: int = 1, session: TuningSession | None = None,
+                 levels: int = 1, mapping: str = "none", session: TuningSession | None = None,
                  measurer: Measurer | None = None, db_path: str | Path | None = None,
                  cost_model: CostModel | str | Path | None = None,
                  reference_latency: float | None = None, render_mode: str | None = None):
@@ -99,7 +105,8 @@ class JointTuningEnv(LayoutTuningEnv):
         super().__init__(workload, target, reward_source=reward_source,
                          action_type=action_type, episode_length=episode_length, batch=batch,
                          top_k=top_k, loop_rounds=loop_rounds, epilogue=epilogue,
-                         levels=levels, session=session, measurer=measurer, db_path=db_path,
+                         levels=levels, mapping=mapping, session=session, measurer=measurer,
+                         db_path=db_path,
                          cost_model=cost_model, reference_latency=reference_latency,
                          render_mode=render_mode)
 

@@ -3,6 +3,10 @@
 A point of the joint space is a :class:`Candidate`: template factors (the layouts of the
 operator's tensors, ALT §5.1) and a point of the loop space of the program those layouts
 generate (§4.3). The loop space is rebuilt, and cached, per layout.
+
+With ``mapping="amos"`` the layout choice is an intrinsic mapping instead (AMOS §5): the
+factors are ``{"mapping": k}``, the program is generated under the mapping's layouts and
+its loop space tiles around the tensorized intrinsic (``altenv.mapping``).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import Any
 import numpy as np
 import tvm
 
+from ..mapping import MappingTemplate
 from ..measure import CorrectnessCheck
 from ..ops import LayoutTemplate, OpProgram, generate, parse_workload
 from ..ops.templates import divisors
@@ -52,14 +57,21 @@ class OpTask:
         Tiling levels of the layout template.
     cache_size:
         Layouts whose programs and loop spaces are kept.
+    mapping:
+        ``"none"`` (ALT's layout template) or a mapping generator (``"amos"``,
+        ``"cp_embedding"``): the layout knob then picks one of the generator's mappings of
+        the (int8) operator onto the target's dot-product intrinsic, tensorized.
     """
 
     def __init__(self, workload: str, target: Any = None, epilogue: Sequence[str] = (),
-                 levels: int = 1, cache_size: int = 16):
+                 levels: int = 1, cache_size: int = 16, mapping: str = "none"):
         self.workload = parse_workload(workload)
         self.target: tvm.target.Target = make_target(target)
         self.epilogue = tuple(epilogue)
-        self.template = LayoutTemplate(self.workload, levels=levels)
+        self.mapping = mapping
+        self.template: LayoutTemplate | MappingTemplate = (
+            LayoutTemplate(self.workload, levels=levels) if mapping == "none" else
+            MappingTemplate(self.workload, mapping, self.target))
         self._cache: OrderedDict[Factors, tuple[OpProgram, LoopSpace]] = OrderedDict()
         self._cache_size = cache_size
 
@@ -78,15 +90,25 @@ class OpTask:
         return freeze(self.template.factors_from_actions(actions))
 
     def factor_choices(self) -> dict[str, list[int]]:
-        """The legal values of each knob (divisors of the dim it tiles)."""
+        """The legal values of each knob (divisors of the dim it tiles; mapping indices)."""
+        if isinstance(self.template, MappingTemplate):
+            return {"mapping": list(range(len(self.template.mappings)))}
         return {k.name: divisors(k.extent) for k in self.template.knobs}
 
     def _entry(self, factors: Factors) -> tuple[OpProgram, LoopSpace]:
         if factors in self._cache:
             self._cache.move_to_end(factors)
             return self._cache[factors]
-        program = generate(self.workload, self.template.layouts(dict(factors)), self.epilogue)
-        entry = (program, LoopSpace(program.func, self.target))
+        if isinstance(self.template, MappingTemplate):
+            real = self.template.realization(dict(factors))
+            program = generate(self.workload, real.layouts, self.epilogue, reduce=real.reduce)
+            space = LoopSpace(program.func, self.target,
+                              intrin=self.template.intrinsic.tvm_intrin)
+        else:
+            program = generate(self.workload, self.template.layouts(dict(factors)),
+                               self.epilogue)
+            space = LoopSpace(program.func, self.target)
+        entry = (program, space)
         self._cache[factors] = entry
         while len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
@@ -101,10 +123,14 @@ class OpTask:
         return self._entry(factors)[1]
 
     def layouts_json(self, factors: Factors) -> dict[str, Any]:
-        """What records store about a layout: the factors and every tensor's layout."""
+        """What records store about a layout: the factors and every tensor's layout (and
+        the intrinsic mapping, if any)."""
         program = self.program(factors)
-        return {"factors": dict(factors),
-                "tensors": {n: lay.to_json() for n, lay in program.layouts.items()}}
+        out = {"factors": dict(factors),
+               "tensors": {n: lay.to_json() for n, lay in program.layouts.items()}}
+        if isinstance(self.template, MappingTemplate):
+            out["mapping"] = self.template.mapping(dict(factors)).to_json()
+        return out
 
     def check(self, factors: Factors, seed: int = 0) -> CorrectnessCheck:
         """A correctness check of a scheduled program against torch on random inputs
