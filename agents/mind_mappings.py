@@ -118,7 +118,7 @@ class MindMappingsAgent(Agent):
     """
 
     def __init__(self, seed: int = 0, checkpoint: str | None = None,
-                 hidden_sizes: Sequence[int] = (256, 128), chains: int = 8, steps: int = 24,
+                 hidden_sizes: Sequence[int] = (256, 128), chains: int = 8, steps: int = 16,
                  step_size: float = 0.1, injection_period: int = 8, temperature: float = 0.5,
                  anneal: float = 0.9, learning_rate: float = 1e-3, epochs: int = 30,
                  min_records: int = 8, best_starts: float = 0.25):

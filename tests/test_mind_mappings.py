@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,6 +26,7 @@ from agents.mm_surrogate import (
     workload_features,
 )
 from altenv.cli import main
+from altenv.config import RunConfig, TrainConfig, load_config
 from altenv.measure import MeasureCandidate, MeasureConfig, MeasureResult, create
 from altenv.records import RecordDB
 from altenv.space import TileSubspace
@@ -206,3 +208,12 @@ def test_altenv_train_pretrains_a_surrogate(tmp_path, capsys, gmm_data):
     pret = agents.create("mind_mappings", checkpoint=str(ckpt))
     assert pret.pretrained and pret.surrogate.samples_seen > 0
     assert np.isfinite(pret.surrogate.predict(gmm_data[2])).all()
+
+
+def test_shipped_configs_name_real_options():
+    configs = Path(__file__).resolve().parent.parent / "configs"
+    for name, schema in (("c2d_resnet_3x3_mind.yaml", RunConfig),
+                         ("pretrain_mind.yaml", TrainConfig)):
+        cfg = load_config(configs / name, schema)
+        assert cfg.agent.name == "mind_mappings"
+        assert isinstance(agents.create(cfg.agent.name, **cfg.agent.options), MindMappingsAgent)
