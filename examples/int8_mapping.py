@@ -7,7 +7,7 @@ product, the loop space tiles around the tensorized intrinsic). The two best pro
 are then checked against torch and re-timed side by side, interleaved; prints and
 writes ``result.json`` with the ratio.
 
-    python examples/int8_mapping.py --output runs/int8_amos --trials 48
+    python examples/int8_mapping.py --output runs/int8_amos --trials 48 --top-k 4
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workload", default=WORKLOAD)
     parser.add_argument("--trials", type=int, default=48)
     parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--top-k", type=int, default=4,
+                        help="measured per batch (smaller: more layouts/mappings tried)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", type=Path, default=Path("runs/int8_amos"))
     args = parser.parse_args(argv)
@@ -45,7 +47,8 @@ def main(argv: list[str] | None = None) -> None:
                 session = TuningSession(task, measurer, db)
                 start = time.perf_counter()
                 latency = tune(session, agents.create("random", seed=args.seed),
-                               Budget.split(args.trials), batch=args.batch, progress=False)
+                               Budget.split(args.trials), batch=args.batch, top_k=args.top_k,
+                               progress=False)
                 cand, _ = session.best
                 best[mapping] = (task, cand, session.schedule(cand))
                 result[mapping] = {
