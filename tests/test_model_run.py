@@ -15,40 +15,12 @@ import torch
 from altenv.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
-MODEL = '''
-import torch
-from torch import nn
-
-
-class Tiny(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(3, 8, 3, padding=1)
-        self.bn = nn.BatchNorm2d(8)
-        self.conv2 = nn.Conv2d(8, 8, 3, padding=1, groups=2)
-        self.fc = nn.Linear(8, 4)
-
-    def forward(self, x):
-        y = torch.relu(self.bn(self.conv1(x)))
-        y = torch.relu(self.conv2(y) + y)
-        return self.fc(y.mean(dim=(2, 3)))
-
-
-def factory():
-    torch.manual_seed(0)
-    model = Tiny().eval()
-    with torch.no_grad():
-        model.bn.running_mean.uniform_(-0.5, 0.5)
-        model.bn.running_var.uniform_(0.5, 1.5)
-    return model, (torch.randn(1, 3, 8, 8),)
-'''
 
 
 @pytest.mark.slow
-def test_tune_model_export_and_load_with_plain_tvm(tmp_path):
-    (tmp_path / "tiny.py").write_text(MODEL)
+def test_tune_model_export_and_load_with_plain_tvm(tmp_path, tiny_model):
     config = tmp_path / "run.yaml"
-    config.write_text(f"name: tiny\nmodel: {tmp_path / 'tiny.py'}:factory\n"
+    config.write_text(f"name: tiny\nmodel: {tiny_model}\n"
                       "budget: {joint: 4, loop_only: 8}\nsearch: {batch: 16, top_k: 4}\n"
                       "measure: {number: 1, repeat: 2, min_repeat_ms: 5}\n")
     assert main(["tune", str(config), "--output-dir", str(tmp_path), "--quiet"]) == 0

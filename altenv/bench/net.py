@@ -133,10 +133,8 @@ def retime_net(suite: BenchSuite, entry: NetEntry, cells: list[dict[str, Any]], 
                                        target=suite.target)
             run.name = label
         else:
-            run_dir = path / path.name
-            cfg = RunConfig.model_validate(yaml.safe_load((run_dir / "config.yaml").read_text()))
-            factors, schedules = best_schedules(
-                cfg, json.loads((run_dir / "best.json").read_text()))
+            cfg = RunConfig.model_validate(yaml.safe_load((path / "config.yaml").read_text()))
+            factors, schedules = best_schedules(cfg, json.loads((path / "best.json").read_text()))
             network = build_network(extract_tasks(model), factors, schedules, suite.target)
             conv, calls = conversion_share(network, inputs)
             extras[label] = {"conversions": len(network.conversions),
@@ -162,14 +160,13 @@ def retime_net(suite: BenchSuite, entry: NetEntry, cells: list[dict[str, Any]], 
 
 
 def run_net_bench(suite: BenchSuite, output: str | Path, model_filter: str | None = None,
-                  measure: MeasureConfig | None = None, progress: bool = True,
-                  retime: bool = False) -> list[dict[str, Any]]:
+                  progress: bool = True, retime: bool = False) -> list[dict[str, Any]]:
     """Tune and re-time the suite's (filtered) models; returns their timings. Finished
     cells and timings are reused unless ``retime`` asks for new timings."""
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
     (output / "suite.json").write_text(suite.model_dump_json(indent=1))
-    measure = measure or MeasureConfig()
+    measure = suite.measure
     timings = []
     for entry in suite.select(model_filter):
         timing_file = output / entry.name / "timing.json"

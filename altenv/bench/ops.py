@@ -183,15 +183,14 @@ def retime_workload(suite: BenchSuite, entry: OpEntry, cells: list[dict[str, Any
 
 
 def run_ops_bench(suite: BenchSuite, output: str | Path, workload_filter: str | None = None,
-                  measure: MeasureConfig | None = None, progress: bool = True,
-                  retime: bool = False) -> list[dict[str, Any]]:
+                  progress: bool = True, retime: bool = False) -> list[dict[str, Any]]:
     """Tune and re-time the suite's (filtered) workloads; returns their timings. Finished
     cells and timings are reused, so an interrupted run picks up where it stopped;
     ``retime`` times finished cells again (e.g. on a quieter machine)."""
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
     (output / "suite.json").write_text(suite.model_dump_json(indent=1))
-    measure = measure or MeasureConfig()
+    measure = suite.measure
     timings = []
     for entry in suite.select(workload_filter):
         timing_file = output / entry.name / "timing.json"

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..config import ConfigError, load_config
+from ..measure import MeasureConfig
 from ..ops import parse_workload
 
 SUITE_DIR = Path(__file__).resolve().parents[2] / "configs" / "bench"
@@ -71,6 +72,7 @@ class BenchSuite(_Strict):
     baselines: list[str] = Field(default_factory=lambda: list(OP_BASELINES))
     altenv: AgentSpec = Field(default_factory=AgentSpec)
     target: str | dict[str, Any] = "cpu"
+    measure: MeasureConfig = Field(default_factory=MeasureConfig)
     workloads: list[OpEntry] = Field(default_factory=list)
     models: list[NetEntry] = Field(default_factory=list)
 

@@ -1,0 +1,142 @@
+"""``altenv bench``: suites, resumable cells, re-timing, reports and the command line."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+
+import pytest
+
+from altenv.bench import load_suite
+from altenv.bench.report import format_table, geomean, rows_of, summary
+from altenv.cli import main
+from altenv.config import ConfigError
+
+FAST = {"number": 1, "repeat": 2, "min_repeat_ms": 2}
+BENCH = pytest.mark.xdist_group("bench")  # tuning runs share one worker
+
+
+def _suite_file(tmp_path, kind="ops", **fields):
+    import yaml
+
+    data = {"name": "t", "kind": kind, "budget": 4, "measure": FAST,
+            "tuners": ["altenv", "metaschedule", "random"], **fields}
+    if kind == "ops":
+        data.setdefault("workloads", [{"name": "gmm16", "spec": "gmm:M=16,N=16,K=16"}])
+    path = tmp_path / "suite.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_shipped_suites_validate():
+    smoke, alt9, nets = load_suite("smoke"), load_suite("alt9"), load_suite("nets")
+    assert smoke.kind == alt9.kind == "ops" and nets.kind == "nets"
+    assert len(alt9.workloads) == 18
+    assert {w.spec.split(":")[0] for w in alt9.workloads} == {
+        "c1d", "c2d", "c3d", "grp", "dep", "dil", "gmm", "t2d", "t3d"}
+    assert {m.model for m in nets.models} == {"resnet18", "mobilenet_v2", "bert_tiny", "r3d_18"}
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"tuners": ["altenv", "nosuch"]}, "unknown tuner 'nosuch'; allowed:"),
+    ({"baselines": ["onnxruntime"]}, "unknown baseline 'onnxruntime'; allowed: tvm-default"),
+    ({"workloads": [{"name": "x", "spec": "c2d:N=1"}]}, "workloads.0.spec"),
+    ({"workloads": []}, "needs workloads"),
+    ({"budget": 0}, "budget"),
+])
+def test_bad_suite_names_the_field(tmp_path, fields, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        load_suite(str(_suite_file(tmp_path, **fields)))
+
+
+def test_unknown_suite_and_empty_filter_list_what_exists(tmp_path):
+    with pytest.raises(ConfigError, match="allowed: .*smoke"):
+        load_suite("nosuch")
+    with pytest.raises(ConfigError, match="matches none of gmm16"):
+        load_suite(str(_suite_file(tmp_path))).select("conv")
+
+
+def test_cli_wants_a_suite_or_workloads(capsys):
+    assert main(["bench", "ops", "--budget", "4"]) == 2
+    assert "give either --suite NAME or --workload SPEC" in capsys.readouterr().err
+
+
+def _timing(name, tuners):
+    programs = {"tvm-default": {"median_s": 4e-3, "spread": 0.1},
+                "torch": {"median_s": 2e-3, "spread": 0.1}}
+    cells = {}
+    for tuner, latency in tuners.items():
+        programs[f"{tuner}#0"] = {"median_s": latency, "spread": 0.05}
+        cells[f"{tuner}#0"] = {"tuner": tuner, "seed": 0, "trials": 4, "tuning_seconds": 1.0,
+                               "history": [latency]}
+    return {"workload": name, "programs": programs, "cells": cells}
+
+
+def test_report_geomeans_are_over_workloads():
+    timings = [_timing("a", {"altenv": 1e-3, "metaschedule": 2e-3}),
+               _timing("b", {"altenv": 1e-3, "metaschedule": 0.5e-3})]
+    rows = rows_of(timings, ["tvm-default", "torch"])
+    assert [r["speedup_vs_metaschedule"] for r in rows if r["tuner"] == "altenv"] == [2.0, 0.5]
+    stats = summary(rows)
+    assert stats["altenv"]["speedup_vs_metaschedule"] == pytest.approx(1.0)
+    assert stats["altenv"]["speedup_vs_torch"] == pytest.approx(2.0)
+    assert stats["metaschedule"]["speedup_vs_tvm-default"] == pytest.approx(math.sqrt(2 * 8))
+    assert (stats["altenv"]["speedup_vs_metaschedule_min"],
+            stats["altenv"]["speedup_vs_metaschedule_max"]) == (0.5, 2.0)
+    table = format_table(timings, rows, ["tvm-default", "torch"])
+    assert "geomean x vs metaschedule" in table and table.count("\n") == 7
+    assert geomean([2.0, 8.0, math.inf, math.nan]) == pytest.approx(4.0)
+
+
+def _records(path):
+    return (path / "records.jsonl").read_text().splitlines()
+
+
+@BENCH
+@pytest.mark.slow
+def test_ops_bench_end_to_end_and_resume(tmp_path, capsys):
+    suite = _suite_file(tmp_path)
+    out = tmp_path / "out"
+    assert main(["bench", "ops", "--suite", str(suite), "--output", str(out), "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "geomean x vs metaschedule" in printed and "gmm16" in printed
+    with (out / "results.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert {r["tuner"] for r in rows} == {"altenv", "metaschedule", "random"}
+    for r in rows:
+        assert int(r["trials"]) == 4 and float(r["median_ms"]) > 0
+        assert float(r["speedup_vs_torch"]) > 0 and float(r["speedup_vs_tvm-default"]) > 0
+    assert (out / "speedup.png").stat().st_size > 0
+    assert (out / "convergence.png").stat().st_size > 0
+    timing = json.loads((out / "gmm16" / "timing.json").read_text())
+    assert set(timing["programs"]) == {"altenv#0", "metaschedule#0", "random#0",
+                                       "tvm-default", "torch"}
+    assert len(timing["cells"]["metaschedule#0"]["history"]) == 4
+
+    # a run killed inside the random cell: its records stay, nothing is measured twice
+    cell = out / "gmm16" / "random-seed0"
+    kept = _records(cell)[:2]
+    (cell / "records.jsonl").write_text("\n".join(kept) + "\n")
+    (cell / "cell.json").unlink()
+    (out / "gmm16" / "timing.json").unlink()
+    altenv_records = _records(out / "gmm16" / "altenv-seed0")
+    assert main(["bench", "ops", "--suite", str(suite), "--output", str(out), "--quiet"]) == 0
+    assert _records(cell)[:2] == kept and len(_records(cell)) == 4
+    assert _records(out / "gmm16" / "altenv-seed0") == altenv_records  # finished: untouched
+    assert json.loads((cell / "cell.json").read_text())["trials"] == 4
+
+
+@BENCH
+@pytest.mark.slow
+def test_net_bench_tiny_model(tmp_path, tiny_model):
+    suite = _suite_file(tmp_path, kind="nets", budget=6, tuners=["altenv", "metaschedule"],
+                        models=[{"name": "tiny", "model": tiny_model}])
+    out = tmp_path / "out"
+    assert main(["bench", "net", "--suite", str(suite), "--output", str(out), "--quiet"]) == 0
+    with (out / "results.csv").open() as f:
+        rows = {r["tuner"]: r for r in csv.DictReader(f)}
+    assert set(rows) == {"altenv", "metaschedule"}
+    assert float(rows["altenv"]["speedup_vs_metaschedule"]) > 0
+    share = float(rows["altenv"]["conversion_share"])
+    assert 0 <= share < 1 and int(rows["altenv"]["conversions"]) >= 1
