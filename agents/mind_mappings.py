@@ -79,7 +79,9 @@ def gradient_search(codec: CandidateCodec, surrogate: Surrogate, starts: Sequenc
                 now = surrogate.predict(codec.encode_many(current[i] for i in live))
                 new = surrogate.predict(codec.encode_many(randoms[i] for i in live))
                 for i, f_now, f_new in zip(live, now, new):
-                    if f_new < f_now or rng.random() < math.exp(-(f_new - f_now) / temperature):
+                    worse = float(f_new - f_now)
+                    if worse <= 0 or (temperature > 0 and
+                                      rng.random() < math.exp(-worse / temperature)):
                         move_to(i, randoms[i], snap=True)
     cands = list(visited)
     return dict(zip(cands, surrogate.predict(codec.encode_many(cands)).tolist()))
@@ -111,8 +113,8 @@ class MindMappingsAgent(Agent):
         Surrogate training: Adam learning rate and passes over the records after each
         measured batch.
     min_records:
-        Successful measurements needed before an untrained surrogate is trusted; until
-        then batches are random (as the ``random`` agent's).
+        Successful measurements (of any workload) needed before a surrogate without
+        checkpoint is trusted; until then batches are random (as the ``random`` agent's).
     best_starts:
         Fraction of the chains started at the best measured candidates.
     """
@@ -191,9 +193,8 @@ class MindMappingsAgent(Agent):
     @property
     def ready(self) -> bool:
         """Whether the surrogate may guide the search: pretrained, or trained on at least
-        ``min_records`` measurements of the bound workload."""
-        own = self.data.get(self._session.task.key, {}) if self._session else {}
-        return self.pretrained or len(own) >= self.min_records
+        ``min_records`` measurements (of any workload: it generalizes across them)."""
+        return self.pretrained or sum(map(len, self.data.values())) >= self.min_records
 
     # --------------------------------------------------------------- search
     def propose(self, session: TuningSession, n: int, layout: Factors | None
