@@ -9,7 +9,7 @@ import math
 import pytest
 
 from altenv.bench import load_suite
-from altenv.bench.report import format_table, geomean, rows_of, summary
+from altenv.bench.report import format_table, geomean, rows_of, summary, trials_to_reach
 from altenv.cli import main
 from altenv.config import ConfigError
 
@@ -87,6 +87,8 @@ def test_report_geomeans_are_over_workloads():
     table = format_table(timings, rows, ["tvm-default", "torch"])
     assert "geomean x vs metaschedule" in table and table.count("\n") == 7
     assert geomean([2.0, 8.0, math.inf, math.nan]) == pytest.approx(4.0)
+    assert trials_to_reach([5.0, 3.0, 2.0, 1.0], 2.0) == 3
+    assert trials_to_reach([5.0, 3.0], 2.0) == math.inf
 
 
 def _records(path):

@@ -1,8 +1,9 @@
 """Benchmark reports: ``results.csv``, a printed table with geometric means, and plots.
 
 Rows come from the ``timing.json`` files of ``bench ops`` / ``bench net``: one row per
-(entry, tuner, seed) with its re-timed median latency, spread, trials, tuning seconds
-and its speedup over each baseline and over MetaSchedule at the same seed.
+(entry, tuner, seed) with its re-timed median latency, spread, trials, tuning seconds,
+its speedup over each baseline and over MetaSchedule at the same seed, and the trials it
+took to reach MetaSchedule's final tuning-time latency.
 """
 
 from __future__ import annotations
@@ -33,9 +34,21 @@ def rows_of(timings: Sequence[dict[str, Any]], baselines: Sequence[str]) -> list
                 row[f"speedup_vs_{name}"] = base["median_s"] / median if base else math.nan
             ms = programs.get(f"{METASCHEDULE}#{cell['seed']}")
             row[f"speedup_vs_{METASCHEDULE}"] = ms["median_s"] / median if ms else math.nan
+            ms_cell = timing["cells"].get(f"{METASCHEDULE}#{cell['seed']}")
+            row["trials_to_ms_best"] = (trials_to_reach(cell["history"], ms_cell["history"][-1])
+                                        if ms_cell and ms_cell["history"] else math.nan)
             row.update(cell.get("extra", {}))
             rows.append(row)
     return rows
+
+
+def trials_to_reach(history: Sequence[float], target: float) -> float:
+    """The first trial (1-based) whose best tuning-time latency is within 1% of ``target``
+    (MetaSchedule's final best at the same seed: search efficiency); ``inf`` if never."""
+    for i, best in enumerate(history):
+        if best <= target * 1.01:
+            return float(i + 1)
+    return math.inf
 
 
 def write_csv(rows: Sequence[dict[str, Any]], path: Path) -> None:
