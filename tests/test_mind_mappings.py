@@ -23,6 +23,8 @@ from agents.mm_surrogate import (
     Surrogate,
     nearest_value,
     normalized_costs,
+    pretrain,
+    records_dataset,
     workload_features,
 )
 from altenv.cli import main
@@ -177,6 +179,12 @@ def test_agent_in_the_tuning_loop(tmp_path):
         again = MindMappingsAgent(seed=1, min_records=4, hidden_sizes=(32,), epochs=5)
         again.setup(TuningSession(task, SyntheticMeasurer(), db, check=False))
         assert len(again.data[task.key]) == 16 and again.ready
+
+    # offline Phase 1 from a records file: the same training set the agent built
+    xr, yr = records_dataset(RecordDB(tmp_path / "records.jsonl"))
+    assert sorted(map(tuple, xr)) == sorted(map(tuple, x)) and sorted(yr) == sorted(y)
+    surrogate = pretrain([tmp_path / "records.jsonl"], hidden_sizes=(16,), epochs=3)
+    assert surrogate.samples_seen == 48 and np.isfinite(surrogate.predict(xr)).all()
 
 
 @pytest.mark.slow
