@@ -11,10 +11,12 @@ strategy in place of random batches:
 - The batch measures the ``top_k`` best-predicted new points, except that a share
   ``epsilon`` of them is drawn at random from the fresh samples (exploration, as
   MetaSchedule's epsilon-greedy).
-- In the joint stage each batch spreads its population over a few layouts: the best
-  measured layout, a neighbour of it (one template knob moved to an adjacent divisor)
-  and a random layout, so the cost model (normalized per workload, comparable across
-  layouts) ranks layouts and loops together. The loop-only stage keeps the best layout.
+- Each batch evolves loops of one layout. The joint stage first gives one batch to each
+  of a few initial layouts (the default and vector-friendly draws from the template,
+  ``altenv.space.constraints.LayoutConstraints``), then alternates between the two best
+  measured layouts, now and then trying a neighbour of the best (one knob moved). The
+  cost model is shared by all layouts (normalized per workload). The loop-only stage
+  keeps the best layout.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from altenv.space.constraints import Hardware, LayoutConstraints
 from altenv.tuning.loop import Budget
 from altenv.tuning.session import TuningSession
 from altenv.tuning.task import Candidate, Factors, freeze
@@ -52,46 +55,72 @@ class EvolutionAgent(Agent):
         Best measured points of a layout that join each batch's parents.
     epsilon:
         Share of each measured batch drawn at random from the fresh samples.
-    layouts_per_batch:
-        Layouts explored together in a joint-stage batch.
+    initial_layouts:
+        Layouts each measured once at the start of the joint stage (the default layout
+        and vector-friendly draws from the template).
+    explore_layout:
+        Probability that a later joint-stage batch tries a neighbour of the best layout.
     """
 
     def __init__(self, seed: int = 0, population: int = 64, generations: int = 3,
                  children: int = 96, samples: int = 48, elites: int = 16,
-                 epsilon: float = 0.125, layouts_per_batch: int = 3):
+                 epsilon: float = 0.125, initial_layouts: int = 4,
+                 explore_layout: float = 0.25):
         if not 0 <= epsilon <= 1:
             raise ValueError(f"evolution: epsilon must be in [0, 1], got {epsilon}")
         self.rng = np.random.default_rng(seed)
         self.population, self.generations, self.children = population, generations, children
         self.samples, self.elites, self.epsilon = samples, elites, epsilon
-        self.layouts_per_batch = layouts_per_batch
+        self.initial_layouts, self.explore_layout = initial_layouts, explore_layout
         self._pool: dict[Factors, list[Candidate]] = {}
+        self._initial: list[Factors] = []
+        self._constraints: LayoutConstraints | None = None
+        self._turn = 0
 
     # ----------------------------------------------------------------- layouts
     def _neighbour(self, session: TuningSession, factors: Factors) -> Factors:
-        """``factors`` with one knob moved to an adjacent divisor of its extent."""
-        choices = session.task.factor_choices()
+        """``factors`` with one knob moved to an adjacent allowed value."""
         values = dict(factors)
-        movable = [k for k in values if len(choices.get(k, [])) > 1]
+        choices = {k: sorted(self._layout_model(session).knob_values(k)) for k in values}
+        movable = [k for k in values if len(choices[k]) > 1]
         if not movable:
             return factors
         knob = movable[int(self.rng.integers(len(movable)))]
         options = choices[knob]
-        i = options.index(values[knob]) if values[knob] in options else 0
+        i = min(range(len(options)), key=lambda j: abs(options[j] - values[knob]))
         values[knob] = options[int(np.clip(i + self.rng.choice([-1, 1]), 0, len(options) - 1))]
         return freeze(values)
 
-    def _layouts(self, session: TuningSession, joint: bool) -> list[Factors]:
+    def _layout_model(self, session: TuningSession) -> LayoutConstraints:
+        if self._constraints is None:
+            self._constraints = LayoutConstraints(session.task.template,
+                                                  Hardware.of(session.task.target))
+        return self._constraints
+
+    def _layout(self, session: TuningSession, joint: bool) -> Factors:
+        """The layout of the next batch. Loop-only stage: the best. Joint stage: first
+        each initial layout (the default and vector-friendly draws) once; then the two
+        best layouts in turn, or with probability ``explore_layout`` a neighbour of the
+        best (successive narrowing of the layout candidates by measured latency)."""
         best, _ = session.best
-        if not joint:
-            return [best.factors]
-        if best is None:
-            first = [session.task.default_factors()]
-        else:
-            first = [best.factors, self._neighbour(session, best.factors)]
-        while len(first) < self.layouts_per_batch:
-            first.append(session.task.random_factors(self.rng))
-        return list(dict.fromkeys(first))
+        if not joint and best is not None:
+            return best.factors
+        if not self._initial:
+            model = self._layout_model(session)
+            drawn = [freeze(model.factors(g)) for g in
+                     model.sample(self.initial_layouts - 1, self.rng)]
+            self._initial = list(dict.fromkeys([session.task.default_factors(), *drawn]))
+        per_layout: dict[Factors, float] = {}
+        for cand, latency in session.measured_items():
+            per_layout[cand.factors] = min(per_layout.get(cand.factors, math.inf), latency)
+        untried = [f for f in self._initial if f not in per_layout]
+        if untried:
+            return untried[0]
+        ranked = sorted(per_layout, key=per_layout.get)
+        if self.rng.random() < self.explore_layout:
+            return self._neighbour(session, ranked[0])
+        self._turn += 1
+        return ranked[self._turn % min(2, len(ranked))]
 
     # ----------------------------------------------------------------- loops
     def _elites(self, session: TuningSession, factors: Factors) -> list[Candidate]:
@@ -165,7 +194,7 @@ class EvolutionAgent(Agent):
                 ) -> list[Candidate]:
         """The evolved population of a batch, best predicted first (for callers that rank
         it themselves; :meth:`run` measures it with exploration)."""
-        layouts = [layout] if layout is not None else self._layouts(session, True)
+        layouts = [layout if layout is not None else self._layout(session, True)]
         population, scores, _ = self._evolve(session, layouts)
         return [population[int(i)] for i in np.argsort(-scores, kind="stable")[:n]]
 
@@ -177,7 +206,7 @@ class EvolutionAgent(Agent):
         while session.trials < budget.total and stalls < max_stalls:
             joint = session.trials < budget.joint or session.best[0] is None
             start, model = time.perf_counter(), session.seconds["cost_model"]
-            population, scores, fresh = self._evolve(session, self._layouts(session, joint))
+            population, scores, fresh = self._evolve(session, [self._layout(session, joint)])
             k = min(top_k, budget.total - session.trials)
             chosen = self._choose(session, population, scores, fresh, k)
             session.seconds["search"] += (time.perf_counter() - start
