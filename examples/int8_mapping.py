@@ -7,7 +7,7 @@ product, the loop space tiles around the tensorized intrinsic). The two best pro
 are then checked against torch and re-timed side by side, interleaved; prints and
 writes ``result.json`` with the ratio.
 
-    python examples/int8_mapping.py --output runs/int8_amos --trials 48 --top-k 4
+    python examples/int8_mapping.py --output runs/int8_amos --trials 48 --batch 64 --top-k 4
 """
 
 from __future__ import annotations
