@@ -54,6 +54,34 @@ class Loop:
 
 
 @dataclass(frozen=True)
+class Stencil:
+    """A sliding-window access: ``tensor``'s dim of ``extent`` elements is indexed by the
+    output loop ``out`` and the kernel loop ``kernel`` together (``out * stride + kernel *
+    dilation`` for a convolution's data). AMOS's binary access matrix records only that
+    both loops index the tensor; the layout rewrites of ``cp_embedding`` (unrolling the
+    window into its own dim, im2col-style) need the window itself.
+
+    ``affine`` is ``False`` for accesses that are not a window (a transposed conv's gather
+    ``(out + pad) // stride - kernel``): neither loop can then go onto an intrinsic dim
+    with a dense layout.
+    """
+
+    tensor: str
+    out: str
+    kernel: str
+    extent: int
+    stride: int = 1
+    dilation: int = 1
+    window: int = 1
+    affine: bool = True
+
+    @property
+    def tiles(self) -> int:
+        """Windows after unfolding the dim (ALT's ``unfold(extent, window, stride)``)."""
+        return -(-(self.extent - self.window) // self.stride) + 1
+
+
+@dataclass(frozen=True)
 class LoopNest:
     """An operator's loops and its access relation (AMOS's software access matrix).
 
@@ -64,10 +92,14 @@ class LoopNest:
     access:
         For each tensor (``data``, ``weight``, ``out``), the names of the loops its index
         expressions use.
+    stencils:
+        The tensor dims indexed by an output loop and a kernel loop together (a
+        convolution's sliding windows); every other tensor dim is one loop.
     """
 
     loops: tuple[Loop, ...]
     access: dict[str, frozenset[str]] = field(hash=False)
+    stencils: tuple[Stencil, ...] = ()
 
     def loop(self, name: str) -> Loop:
         for lp in self.loops:
@@ -204,6 +236,9 @@ class MappingGenerator:
     """Produces the mappings of an operator's loop nest onto an intrinsic."""
 
     name: str = ""
+    ranked: bool = False
+    """``True`` when :meth:`generate` returns the mappings best first (``mappings_for``
+    then keeps that order instead of sorting by padding)."""
 
     def generate(self, nest: LoopNest, intrinsic: Intrinsic) -> list[Mapping]:
         raise NotImplementedError

@@ -9,7 +9,6 @@ has the mapping decide the data layouts; ALT's tiling factors do not apply).
 
 from __future__ import annotations
 
-import importlib
 import math
 from collections.abc import Mapping as MappingType
 from collections.abc import Sequence
@@ -56,27 +55,22 @@ def _waste(workload: Workload, mapping: Mapping, intrin: Intrinsic) -> float:
 
 
 def check_generator(generator: str) -> None:
-    """Raise ``ValueError`` unless ``generator`` names an available mapping generator
-    (generators register when their module ``altenv.mapping.<name>`` is imported)."""
-    if generator not in MAPPING_GENERATORS:
+    """Raise ``ValueError`` unless ``generator`` names a mapping generator."""
+    if generator not in MAPPING_GENERATORS or generator not in GENERATORS:
         raise ValueError(f"mapping: unknown generator {generator!r}; allowed: none, "
                          f"{', '.join(MAPPING_GENERATORS)}")
-    if generator not in GENERATORS:
-        try:
-            importlib.import_module(f"{__package__}.{generator}")
-        except ModuleNotFoundError:
-            pass
-    if generator not in GENERATORS:
-        raise ValueError(f"mapping: the {generator!r} generator is not available yet")
 
 
 def mappings_for(workload: str | Workload, generator: str, intrin: Intrinsic
                  ) -> list[tuple[Mapping, Realization]]:
     """The mappings ``generator`` finds for ``workload`` on ``intrin`` that can be
-    generated here, with their layouts; least padding first, then fewest fused loops."""
+    generated here, with their layouts: in the generator's order if it ranks them
+    (``cp_embedding``: by its objective), else least padding first, then fewest fused
+    loops."""
     check_generator(generator)
     wl = parse_workload(workload)
-    found = GENERATORS[generator]().generate(loop_nest(wl), intrin)
+    gen = GENERATORS[generator]()
+    found = gen.generate(loop_nest(wl), intrin)
     out = []
     for m in found:
         try:
@@ -86,6 +80,8 @@ def mappings_for(workload: str | Workload, generator: str, intrin: Intrinsic
     if not out:
         raise ValueError(f"mapping: none of the {len(found)} {generator} mappings of {wl} onto "
                          f"{intrin.name} can be generated")
+    if gen.ranked:
+        return out
     nest = loop_nest(wl)
     order = {n: i for i, n in enumerate(nest.names)}
     out.sort(key=lambda mr: (round(_waste(wl, mr[0], intrin), 6), len(mr[0].mapped),
@@ -101,7 +97,7 @@ class MappingTemplate:
     workload:
         An int8 operator (u8 data x i8 weight).
     generator:
-        ``"amos"`` (or ``"cp_embedding"`` once registered).
+        ``"amos"`` or ``"cp_embedding"``.
     target:
         Chooses the intrinsic (:func:`select_intrinsic`).
     """
@@ -127,7 +123,7 @@ class MappingTemplate:
         return ["mapping"]
 
     def default_factors(self) -> dict[str, int]:
-        """The first mapping (least padding)."""
+        """The first mapping (least padding; the best objective for ``cp_embedding``)."""
         return {"mapping": 0}
 
     def factors_from_actions(self, actions: Sequence[float]) -> dict[str, int]:
