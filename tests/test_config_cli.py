@@ -30,7 +30,8 @@ def write(tmp_path: Path, text: str) -> Path:
     ("name: x\nworkload: gmm:M=8,N=8,K=8\nbudget: {joint: -1}\n",
      "budget.joint: Input should be greater than or equal to 0"),
     ("name: x\nworkload: gmm:M=8,N=8,K=8\nagent: ppo2\n",
-     "agent.name: unknown agent 'ppo2'; allowed: ppo, random"),
+     "agent.name: unknown agent 'ppo2'; allowed: evolution, heron_cga, mind_mappings, ppo, "
+     "random"),
     ("name: x\nworkload: gmm:M=8,N=8,K=8\nbugdet: 3\n",
      "bugdet: Extra inputs are not permitted"),
     ("name: x\nworkload: gmm:M=8,N=8\n", "workload: workload 'gmm:M=8,N=8': missing K"),
