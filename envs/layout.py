@@ -11,6 +11,7 @@ import numpy as np
 from gymnasium import spaces
 
 from altenv.costmodel import CostModel
+from altenv.mapping import MappingTemplate
 from altenv.measure import Measurer
 from altenv.ops import divisors
 from altenv.space import LoopPoint, LoopSpace
@@ -163,6 +164,8 @@ class LayoutTuningEnv(TuningEnv):
         """Flat bool mask of the discrete layout action (sb3-contrib's ``MaskablePPO``)."""
         if self.action_type != "discrete":
             raise ValueError("action masks need action_type='discrete'")
+        if isinstance(self.template, MappingTemplate):  # every mapping index is legal
+            return np.ones(int(self.action_space.nvec.sum()), dtype=bool)
         masks = []
         for knob, n in zip(self.template.knobs, self.action_space.nvec):
             choices = divisors(knob.extent)

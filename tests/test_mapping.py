@@ -226,6 +226,8 @@ def test_envs_take_the_mapping_action(action_type):
         warnings.simplefilter("ignore", UserWarning)
         check_env(env)
         sb3_check_env(env)
+    if action_type == "discrete":  # MaskablePPO: every mapping index is a legal action
+        assert env.action_masks().tolist() == [True] * int(env.action_space.nvec[0])
     _, _, _, _, info = env.step(env.action_space.sample())
     assert set(info["factors"]) == {"mapping"}
     env.close()
