@@ -117,7 +117,8 @@ class CandidateCodec:
     rng:
         Draws of random layouts and of the sampled valid points.
     pool_size:
-        MetaSchedule-sampled valid points kept per layout for the fallback projection.
+        MetaSchedule-sampled valid points drawn per layout for the fallback projection
+        (the draws of :meth:`random` join them, up to eight times as many).
     """
 
     def __init__(self, task: OpTask, rng: np.random.Generator, pool_size: int = 4):
@@ -127,6 +128,7 @@ class CandidateCodec:
         self.task, self.rng, self.pool_size = task, rng, pool_size
         self.prefix = workload_features(task.workload)
         self._pools: dict[Factors, list[LoopPoint]] = {}
+        self._sampled: set[Factors] = set()
         self.stats = {"projections": 0, "fallbacks": 0}
         """Projections made, and how many needed the sampled-point fallback."""
 
@@ -201,11 +203,13 @@ class CandidateCodec:
         return Candidate(factors, best), False
 
     def pool(self, factors: Factors) -> list[LoopPoint]:
-        """At least ``pool_size`` sampled valid points of a layout (if it has that many):
-        the draws of :meth:`random`, topped up on first use."""
+        """Sampled valid points of a layout: the draws of :meth:`random`, topped up to
+        ``pool_size`` on first use."""
         pool = self._pools.setdefault(factors, [])
-        if len(pool) < self.pool_size:
-            pool += self.task.space(factors).sample(self.pool_size - len(pool), self.rng)
+        if factors not in self._sampled:
+            self._sampled.add(factors)
+            pool += self.task.space(factors).sample(max(self.pool_size - len(pool), 0),
+                                                    self.rng)
         return pool
 
     def random(self, layout: Factors | None = None) -> Candidate | None:
@@ -215,7 +219,9 @@ class CandidateCodec:
         points = self.task.space(factors).sample(1, self.rng)
         if not points:
             return None
-        self._pools.setdefault(factors, []).append(points[0])
+        pool = self._pools.setdefault(factors, [])
+        pool.append(points[0])
+        del pool[:-8 * self.pool_size]
         return Candidate(factors, points[0])
 
 
