@@ -73,7 +73,8 @@ def time_interleaved(
     """Time each callable of ``runs`` (each runs its program once, synchronously).
 
     Every callable is first called ``warmup`` times; then for ``rounds`` rounds each one in
-    turn runs a block of ``inner`` calls. With ``inner=None`` a callable's block size is
+    turn runs a block of ``inner`` calls (the order rotates every round, so no callable
+    always follows the same one). With ``inner=None`` a callable's block size is
     chosen from its warm-up so that one block lasts about ``min_block_seconds``. Between
     blocks the timer sleeps ``cooldown_seconds``: thread pools spin for a while after a
     parallel region (TVM's and torch's OpenMP alike) and would steal cores from the next
@@ -87,8 +88,9 @@ def time_interleaved(
         estimate = min(_block(fn, 1) for _ in range(warmup))
         inners[name] = inner or max(1, math.ceil(min_block_seconds / max(estimate, 1e-9)))
     samples: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(rounds):
-        for name, fn in runs.items():
+    names = list(runs)
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
             time.sleep(cooldown_seconds)
-            samples[name].append(_block(fn, inners[name]))
+            samples[name].append(_block(runs[name], inners[name]))
     return {name: TimingStats(tuple(samples[name]), inners[name]) for name in runs}
