@@ -1,0 +1,89 @@
+"""The ``evolution`` agent: layout scheduling, valid evolved batches, budget and resume."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from test_plugins import SyntheticMeasurer
+
+import agents
+from altenv.measure import MeasureConfig, create
+from altenv.records import RecordDB
+from altenv.space.constraints import Hardware, LayoutConstraints
+from altenv.tuning import Budget, OpTask, TuningSession, tune
+
+C2D = "c2d:N=1,I=8,O=16,H=8,W=8,KH=3,KW=3,pad=1"
+
+
+def _tune(task, db, budget, seed=0, **options):
+    session = TuningSession(task, SyntheticMeasurer(), db, check=False)
+    agent = agents.create("evolution", seed=seed, population=16, generations=2, children=16,
+                          samples=12, **options)
+    tune(session, agent, budget, top_k=4, progress=False)
+    return session, agent
+
+
+def test_budget_stages_and_layout_schedule(tmp_path):
+    task = OpTask(C2D)
+    with RecordDB(tmp_path / "records.jsonl") as db:
+        session, agent = _tune(task, db, Budget(16, 16))
+        assert session.trials == 32
+        records = db.records(task.key)
+        keys = [r.key for r in records]
+        assert len(set(keys)) == len(keys)  # nothing measured twice
+        layouts = [tuple(sorted(r.layouts["factors"].items())) for r in records]
+        # the joint stage starts with the default layout, then the initial draws, one batch
+        # (top_k) each; every initial layout is vector-friendly or the default
+        assert layouts[0] == task.default_factors()
+        model = LayoutConstraints(task.template, Hardware.of(task.target))
+        for factors in agent._initial[1:]:
+            assert model.holds(model.genes_of(dict(factors)))
+        first = list(dict.fromkeys(layouts[:4 * len(agent._initial)]))
+        assert first == agent._initial
+        # the loop-only stage stays on the best layout of the joint stage
+        best_joint = min(records[:16], key=lambda r: r.median).layouts["factors"]
+        assert all(r.layouts["factors"] == best_joint for r in records[16:])
+
+
+def test_evolved_batches_are_valid_and_ranked(tmp_path):
+    task = OpTask(C2D)
+    with RecordDB(tmp_path / "records.jsonl") as db:
+        session, agent = _tune(task, db, Budget(8, 0))
+        batch = agent.propose(session, 20, task.default_factors())
+        assert 0 < len(batch) <= 20 and len(set(batch)) == len(batch)
+        space = task.space(task.default_factors())
+        assert all(c.factors == task.default_factors() and space.is_valid(c.point)
+                   for c in batch)
+        scores = session.predict(batch)
+        assert np.all(np.isfinite(scores)) and np.all(np.diff(scores) <= 1e-9)
+
+
+def test_resumed_run_spends_only_the_rest(tmp_path):
+    task = OpTask(C2D)
+    with RecordDB(tmp_path / "records.jsonl") as db:
+        _tune(task, db, Budget(4, 4))
+    with RecordDB(tmp_path / "records.jsonl") as db:
+        session, _ = _tune(task, db, Budget(8, 8), seed=1)
+        assert session.trials == 16
+        keys = [r.key for r in db.records(task.key)]
+        assert len(set(keys)) == len(keys) == 16
+
+
+def test_bad_epsilon():
+    with pytest.raises(ValueError, match="epsilon must be in"):
+        agents.create("evolution", epsilon=1.5)
+
+
+@pytest.mark.slow
+def test_real_measurements_are_correct(tmp_path):
+    task = OpTask(C2D, epilogue=("bias", "relu"))
+    with create("local", MeasureConfig(number=1, repeat=2, min_repeat_ms=2)) as measurer, \
+            RecordDB(tmp_path / "records.jsonl") as db:
+        session = TuningSession(task, measurer, db)  # every trial checked against torch
+        tune(session, agents.create("evolution", seed=0, population=16, children=16,
+                                    samples=12), Budget(4, 4), top_k=4, progress=False)
+        assert session.trials == 8
+        assert math.isfinite(session.best[1])
+        assert all(r.error is None for r in db.records(task.key))
