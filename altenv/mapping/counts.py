@@ -3,13 +3,16 @@
     python -m altenv.mapping.counts
 
 prints, for each kind, the mappings :class:`~altenv.mapping.amos.AmosGenerator` accepts
-onto the Tensor Core shape of AMOS Eq. 1 and onto the x86 dot product, and the count
-AMOS reports. Counts depend on the loop structure only, not on the shapes.
+onto the Tensor Core shape of AMOS Eq. 1 and onto the x86 dot product, the count AMOS
+reports, and the solutions of :class:`~altenv.mapping.cp_embedding.CpEmbeddingGenerator`
+on the x86 dot product. AMOS's counts depend on the loop structure only; cp_embedding's
+also on the shapes (the output must split into lanes exactly).
 """
 
 from __future__ import annotations
 
 from .amos import AmosGenerator, candidates
+from .cp_embedding import CpEmbeddingGenerator
 from .intrinsics import INTRINSICS
 from .nest import loop_nest
 
@@ -30,8 +33,8 @@ SPECS = {
 
 def count_table() -> list[dict[str, int | str]]:
     """One row per kind: candidates, valid mappings onto Tensor Core and onto the x86 dot
-    product, and AMOS's Table 6 count."""
-    gen = AmosGenerator()
+    product, AMOS's Table 6 count, and cp_embedding's solutions on the x86 dot product."""
+    gen, cp = AmosGenerator(), CpEmbeddingGenerator()
     rows = []
     for kind, spec in SPECS.items():
         nest = loop_nest(spec)
@@ -39,7 +42,8 @@ def count_table() -> list[dict[str, int | str]]:
                      "candidates": candidates(nest, INTRINSICS["wmma_16x16x16"]),
                      "tensor_core": len(gen.generate(nest, INTRINSICS["wmma_16x16x16"])),
                      "amos_table6": TABLE6[kind],
-                     "x86_dot": len(gen.generate(nest, INTRINSICS["avx2_dot_8x4"]))})
+                     "x86_dot": len(gen.generate(nest, INTRINSICS["avx2_dot_8x4"])),
+                     "x86_cp_embedding": len(cp.generate(nest, INTRINSICS["avx2_dot_8x4"]))})
     return rows
 
 
