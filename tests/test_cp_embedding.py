@@ -11,6 +11,7 @@ import pytest
 import tvm
 
 import agents
+import envs
 from altenv.config import load_config
 from altenv.mapping import (
     INTRINSICS,
@@ -145,6 +146,18 @@ def test_every_solution_generates_the_operator():
                                       err_msg=e.mapping.describe())
 
 
+@pytest.mark.filterwarnings("ignore:altenv env. the cost model is untrained")
+def test_env_mapping_action_picks_a_ranked_mapping():
+    env = envs.JointTuningEnv(RGB, mapping="cp_embedding", reward_source="cost_model",
+                              action_type="discrete", batch=4, episode_length=2,
+                              walk_length=2, loop_rounds=1)
+    assert list(env.action_space.nvec) == [len(_solve(RGB))]
+    env.reset(seed=0)
+    _, _, _, _, info = env.step(np.array([0]))
+    assert info["factors"] == {"mapping": 0}
+    env.close()
+
+
 @needs_avx2
 def test_tensorized_int8_conv_under_the_top_mapping_matches_numpy():
     task = OpTask(RGB, mapping="cp_embedding")
@@ -177,3 +190,6 @@ def test_tuning_with_cp_embedding_mapping(tmp_path):
         np.testing.assert_array_equal(
             run_numpy(program, raw, func=session.schedule(cand).mod), program.reference(raw))
         db.close()
+        resumed = TuningSession(OpTask(RGB, mapping="cp_embedding"), measurer,
+                                RecordDB(tmp_path / "records.jsonl"))
+        assert resumed.trials == 6 and resumed.best[0] == cand
