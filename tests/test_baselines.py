@@ -168,3 +168,25 @@ def test_network_baselines_match_torch(tmp_path: Path, target) -> None:
     stats = compare(baselines, expected, rtol=1e-4, rounds=3)
     assert all(0 < s.median < 1 for s in stats.values())
     assert np.isfinite([s.spread for s in stats.values()]).all()
+
+
+def _failing_setup():
+    raise ValueError("no such model")
+
+
+def test_isolated_run_times_blocks_in_its_own_process():
+    from altenv.baselines.isolated import IsolatedRun
+
+    program = generate("gmm:M=16,N=8,K=32")
+    raw = program.random_inputs(1)
+    torch_run = torch_operator_baseline(program, raw=raw)
+    assert torch_run.worker is not None and "own process" in torch_run.notes
+    check_baseline(torch_run, [program.reference(raw)])
+    assert torch_run.worker.block(3) > 0
+    stats = compare([torch_run], [program.reference(raw)], rounds=2)
+    assert stats["torch"].median > 0
+    process = torch_run.worker._process
+    torch_run.worker.close()
+    assert process.poll() is not None
+    with pytest.raises(RuntimeError, match="isolated baseline: ValueError: no such model"):
+        IsolatedRun(_failing_setup, 1)

@@ -17,7 +17,7 @@ from tvm.target import Target
 from ..measure import MeasureConfig, PersistentBuilder, WrongResultError
 from ..measure.check import max_relative_error
 from ..target import target_cores, use_tvm_threads
-from .timing import TimingStats, time_interleaved
+from .timing import BlockTimer, TimingStats, time_interleaved
 
 #: MetaSchedule stores this run time for a candidate that failed to build or run.
 FAILED_RUN_SECONDS = 1e9
@@ -73,6 +73,9 @@ class Baseline:
         Set for tuned baselines.
     notes : str
         Which path produced it (e.g. the TVM pipeline used).
+    worker : BlockTimer | None
+        Set when the program runs in a worker process that times its own blocks
+        (:class:`~altenv.baselines.isolated.IsolatedRun`).
     """
 
     name: str
@@ -80,6 +83,7 @@ class Baseline:
     outputs: Callable[[], list[np.ndarray]] = field(repr=False)
     tuning: TuningSummary | None = None
     notes: str = ""
+    worker: BlockTimer | None = field(default=None, repr=False)
 
 
 def check_baseline(baseline: Baseline, expected: Sequence[np.ndarray], rtol: float = 1e-3) -> float:
@@ -112,7 +116,8 @@ def compare(
         raise ValueError(f"baseline names must be unique, got {names}")
     for baseline in baselines:
         check_baseline(baseline, expected, rtol)
-    return time_interleaved({b.name: b.run for b in baselines}, rounds=rounds, inner=inner)
+    return time_interleaved({b.name: b.worker or b.run for b in baselines}, rounds=rounds,
+                            inner=inner)
 
 
 @contextlib.contextmanager

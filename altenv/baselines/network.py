@@ -4,9 +4,10 @@ with weight pre-packing, TVM's untuned default build, and a torch module in eage
 
 from __future__ import annotations
 
+import functools
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +31,7 @@ from .base import (
     mean_run_seconds,
     metaschedule_session,
 )
+from .isolated import IsolatedRun
 from .operator import TargetSpec
 
 
@@ -198,15 +200,9 @@ def network_baseline(name: str, network: NetworkBuild, inputs: Sequence[np.ndarr
     return _vm_baseline(name, network.built.executable, inputs, weights, notes)
 
 
-def torch_module_baseline(
-    module: torch.nn.Module,
-    inputs: Sequence[np.ndarray],
-    *,
-    target: TargetSpec = None,
-) -> Baseline:
-    """``module.forward`` in eval mode under ``torch.inference_mode``, with as many intra-op
-    threads as the target has cores."""
-    torch.set_num_threads(target_cores(make_target(target)))
+def _torch_module_setup(module: torch.nn.Module, inputs: list[np.ndarray]
+                        ) -> tuple[Callable[[], object], Callable[[], list[np.ndarray]]]:
+    """In the worker process: the eval-mode module bound to its inputs."""
     module = module.eval()
     tensors = [torch.from_numpy(np.ascontiguousarray(x)) for x in inputs]
     result: list[object] = []
@@ -220,5 +216,20 @@ def torch_module_baseline(
         flat = out if isinstance(out, (tuple, list)) else (out,)
         return [t.numpy() for t in flat]
 
-    return Baseline("torch", run, outputs, notes=f"torch {torch.__version__} eager module, "
-                    f"{torch.get_num_threads()} threads")
+    return run, outputs
+
+
+def torch_module_baseline(
+    module: torch.nn.Module,
+    inputs: Sequence[np.ndarray],
+    *,
+    target: TargetSpec = None,
+) -> Baseline:
+    """``module.forward`` in eval mode under ``torch.inference_mode``, with as many intra-op
+    threads as the target has cores, in a worker process of its own (the module travels
+    by cloudpickle; see :mod:`altenv.baselines.isolated`)."""
+    threads = target_cores(make_target(target))
+    worker = IsolatedRun(functools.partial(_torch_module_setup, module, list(inputs)), threads)
+    return Baseline("torch", worker.run, worker.outputs, worker=worker,
+                    notes=f"torch {torch.__version__} eager module, {threads} threads, "
+                    "own process")

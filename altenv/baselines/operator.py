@@ -3,6 +3,7 @@ an exact trial budget, TVM's untuned default lowering, and PyTorch eager."""
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -29,6 +30,7 @@ from .base import (
     mean_run_seconds,
     metaschedule_session,
 )
+from .isolated import IsolatedRun
 
 TargetSpec = str | dict[str, Any] | tvm.target.Target | None
 
@@ -180,20 +182,13 @@ def torch_function(program: OpProgram) -> Callable[..., torch.Tensor]:
     return fn
 
 
-def torch_operator_baseline(
-    program: OpProgram,
-    *,
-    target: TargetSpec = None,
-    seed: int = 0,
-    raw: Mapping[str, np.ndarray] | None = None,
-) -> Baseline:
-    """PyTorch eager on the same framework inputs, with as many intra-op threads as the
-    target has cores, under ``torch.inference_mode``."""
-    if program.op.dtype != "float32":
-        raise ValueError(f"torch baseline: only float32 operators, got {program.op.dtype}")
-    torch.set_num_threads(target_cores(make_target(target)))
-    raw = raw if raw is not None else program.random_inputs(seed)
-    names = ["data", "weight"] + [s for s in program.epilogue if s in ("bias", "residual")]
+def _torch_operator_setup(spec: str, epilogue: tuple[str, ...], raw: dict[str, np.ndarray]
+                          ) -> tuple[Callable[[], object], Callable[[], list[np.ndarray]]]:
+    """In the worker process: the torch eager operator bound to its inputs."""
+    from ..ops import generate
+
+    program = generate(spec, epilogue=epilogue)
+    names = ["data", "weight"] + [s for s in epilogue if s in ("bias", "residual")]
     tensors = [torch.from_numpy(np.ascontiguousarray(raw[n])) for n in names]
     fn = torch_function(program)
     result: list[torch.Tensor] = []
@@ -205,5 +200,24 @@ def torch_operator_baseline(
     def outputs() -> list[np.ndarray]:
         return [result[0].numpy()]
 
-    return Baseline("torch", run, outputs, notes=f"torch {torch.__version__} eager, "
-                    f"{torch.get_num_threads()} threads")
+    return run, outputs
+
+
+def torch_operator_baseline(
+    program: OpProgram,
+    *,
+    target: TargetSpec = None,
+    seed: int = 0,
+    raw: Mapping[str, np.ndarray] | None = None,
+) -> Baseline:
+    """PyTorch eager on the same framework inputs, with as many intra-op threads as the
+    target has cores, under ``torch.inference_mode``, in a worker process of its own (see
+    :mod:`altenv.baselines.isolated`)."""
+    if program.op.dtype != "float32":
+        raise ValueError(f"torch baseline: only float32 operators, got {program.op.dtype}")
+    threads = target_cores(make_target(target))
+    raw = raw if raw is not None else program.random_inputs(seed)
+    worker = IsolatedRun(functools.partial(_torch_operator_setup, str(program.workload),
+                                           tuple(program.epilogue), dict(raw)), threads)
+    return Baseline("torch", worker.run, worker.outputs, worker=worker,
+                    notes=f"torch {torch.__version__} eager, {threads} threads, own process")

@@ -8,6 +8,7 @@ import statistics
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,16 @@ class TimingStats:
         return (q3 - q1) / self.median if self.median > 0 else 0.0
 
 
-def _block(fn: Callable[[], object], inner: int) -> float:
+class BlockTimer(Protocol):
+    """A contender that times its own blocks of calls (e.g. in another process)."""
+
+    def block(self, inner: int) -> float:
+        """Seconds per call over ``inner`` back-to-back calls."""
+
+
+def _block(fn: Callable[[], object] | BlockTimer, inner: int) -> float:
+    if not callable(fn):
+        return fn.block(inner)
     start = time.perf_counter()
     for _ in range(inner):
         fn()
@@ -63,14 +73,15 @@ def _block(fn: Callable[[], object], inner: int) -> float:
 
 
 def time_interleaved(
-    runs: Mapping[str, Callable[[], object]],
+    runs: Mapping[str, Callable[[], object] | BlockTimer],
     rounds: int = 10,
     inner: int | None = None,
     min_block_seconds: float = 0.02,
     warmup: int = 2,
     cooldown_seconds: float = 0.01,
 ) -> dict[str, TimingStats]:
-    """Time each callable of ``runs`` (each runs its program once, synchronously).
+    """Time each callable of ``runs`` (each runs its program once, synchronously; a
+    :class:`BlockTimer` instead times whole blocks itself).
 
     Every callable is first called ``warmup`` times; then for ``rounds`` rounds each one in
     turn runs a block of ``inner`` calls (the order rotates every round, so no callable
