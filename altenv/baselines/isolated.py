@@ -4,10 +4,10 @@ In a process that has run TVM kernels, PyTorch's OpenMP threads compete with TVM
 runtime threads and a small torch call can take milliseconds instead of microseconds
 (measured here: a 16->32 channel 3x3 convolution at 0.13 ms alone, 6-17 ms right after
 TVM kernels in the same process; ``TVM_THREAD_POOL_SPIN_COUNT=0`` removes that but adds
-~20 us to every TVM call). PyTorch baselines therefore run in a worker process, with
-``OMP_WAIT_POLICY=PASSIVE`` unless the environment sets it (its idle threads sleep
-instead of spinning against TVM's); the timing process asks the worker for blocks of
-calls and the worker times them itself, so no inter-process latency enters the numbers.
+~20 us to every TVM call). PyTorch baselines therefore run in a worker process (with
+OpenMP's default wait policy: ``OMP_WAIT_POLICY=PASSIVE`` made a 64-channel 3x3
+convolution 1.5x slower here); the timing process asks the worker for blocks of calls
+and the worker times them itself, so no inter-process latency enters the numbers.
 """
 
 from __future__ import annotations
@@ -83,10 +83,9 @@ class IsolatedRun:
     The worker stops when this object is closed or collected."""
 
     def __init__(self, setup: Setup, threads: int):
-        env = {"OMP_WAIT_POLICY": "PASSIVE", **os.environ}
         self._process = subprocess.Popen(
             [sys.executable, "-c", "from altenv.baselines.isolated import main; main()"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self._finalizer = weakref.finalize(self, _stop, self._process)
         _send(self._process.stdin, (cloudpickle.dumps(setup), threads, list(sys.path)))
         self._reply()
