@@ -36,6 +36,12 @@ class Agent(ABC):
                 ) -> list[Candidate]:
         """A batch of up to ``n`` candidates."""
 
+    def choose(self, session: TuningSession, candidates: Sequence[Candidate], k: int
+               ) -> list[Candidate]:
+        """Which ``k`` of a proposed batch to measure: by default the cost model's top-k
+        of the valid candidates not measured before."""
+        return [candidates[i] for i in session.select(candidates, k)]
+
     def observe(self, candidates: Sequence[Candidate],  # noqa: B027 (optional hook)
                 latencies: Sequence[float]) -> None:
         """Measured median latencies (s, ``inf`` for failures) of proposed candidates."""

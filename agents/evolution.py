@@ -22,13 +22,11 @@ strategy in place of random batches:
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Callable
+from collections.abc import Sequence
 
 import numpy as np
 
 from altenv.space.constraints import Hardware, LayoutConstraints
-from altenv.tuning.loop import Budget
 from altenv.tuning.session import TuningSession
 from altenv.tuning.task import Candidate, Factors, freeze
 
@@ -76,6 +74,7 @@ class EvolutionAgent(Agent):
         self._initial: list[Factors] = []
         self._constraints: LayoutConstraints | None = None
         self._turn = 0
+        self._fresh: list[Candidate] = []
 
     # ----------------------------------------------------------------- layouts
     def _neighbour(self, session: TuningSession, factors: Factors) -> Factors:
@@ -174,47 +173,24 @@ class EvolutionAgent(Agent):
                                    ][:self.population]
         return population, scores, fresh
 
-    def _choose(self, session: TuningSession, population: list[Candidate], scores: np.ndarray,
-                fresh: list[Candidate], k: int) -> list[Candidate]:
-        """Top-``k`` unmeasured by prediction, ``epsilon`` of them random fresh samples."""
+    def choose(self, session: TuningSession, candidates: Sequence[Candidate], k: int
+               ) -> list[Candidate]:
+        """Top-``k`` unmeasured of the batch (ranked best first by :meth:`propose`), except
+        that a share ``epsilon`` are random fresh samples of this batch."""
         explore = min(int(round(self.epsilon * k)), k - 1) if k > 1 else 0
-        chosen: list[Candidate] = []
-        for i in np.argsort(-scores, kind="stable"):
-            cand = population[int(i)]
-            if len(chosen) == k - explore or not np.isfinite(scores[i]):
-                break
-            if session.measured(cand) is None and cand not in chosen:
-                chosen.append(cand)
-        unmeasured = [c for c in fresh if session.measured(c) is None and c not in chosen]
+        chosen = [c for c in dict.fromkeys(candidates)
+                  if session.measured(c) is None][:k - explore]
+        unmeasured = [c for c in self._fresh if session.measured(c) is None and c not in chosen]
         for i in self.rng.permutation(len(unmeasured))[:k - len(chosen)]:
             chosen.append(unmeasured[int(i)])
         return chosen
 
     def propose(self, session: TuningSession, n: int, layout: Factors | None
                 ) -> list[Candidate]:
-        """The evolved population of a batch, best predicted first (for callers that rank
-        it themselves; :meth:`run` measures it with exploration)."""
-        layouts = [layout if layout is not None else self._layout(session, True)]
-        population, scores, _ = self._evolve(session, layouts)
-        return [population[int(i)] for i in np.argsort(-scores, kind="stable")[:n]]
-
-    def run(self, session: TuningSession, budget: Budget, batch: int, top_k: int,
-            report: Callable[[TuningSession], None], max_stalls: int = 5) -> None:
-        """Evolve and measure ``top_k`` per batch until the budget is spent (``batch`` is
-        not used: the population sizes set the search effort)."""
-        stalls = 0
-        while session.trials < budget.total and stalls < max_stalls:
-            joint = session.trials < budget.joint or session.best[0] is None
-            start, model = time.perf_counter(), session.seconds["cost_model"]
-            population, scores, fresh = self._evolve(session, [self._layout(session, joint)])
-            k = min(top_k, budget.total - session.trials)
-            chosen = self._choose(session, population, scores, fresh, k)
-            session.seconds["search"] += (time.perf_counter() - start
-                                          - (session.seconds["cost_model"] - model))
-            if not chosen:
-                stalls += 1
-                continue
-            stalls = 0
-            latencies = session.measure(chosen)
-            self.observe(chosen, latencies)
-            report(session)
+        """The evolved population of one layout (the next in the joint stage's schedule,
+        or ``layout``), valid points only, best predicted first."""
+        joint = layout is None
+        population, scores, self._fresh = self._evolve(
+            session, [self._layout(session, joint) if joint else layout])
+        order = [int(i) for i in np.argsort(-scores, kind="stable") if np.isfinite(scores[i])]
+        return [population[i] for i in order][:n]

@@ -100,16 +100,10 @@ def _bench(args: argparse.Namespace) -> int:
     if suite.kind != kind:
         raise ConfigError(f"bench {args.bench}: suite {suite.name!r} is a {suite.kind} suite")
     output = Path(args.output or f"runs/bench-{suite.name}")
-    if kind == "ops":
-        from .bench.ops import run_ops_bench
+    from .bench.run import run_bench
 
-        timings = run_ops_bench(suite, output, args.filter, progress=not args.quiet,
-                                retime=args.retime)
-    else:
-        from .bench.net import run_net_bench
-
-        timings = run_net_bench(suite, output, args.filter, progress=not args.quiet,
-                                retime=args.retime)
+    timings = run_bench(suite, output, args.filter, progress=not args.quiet,
+                        retime=args.retime)
     print(report(timings, output, suite.baselines), end="")
     print(f"results: {output / 'results.csv'}, plots: {output}/*.png")
     return 0

@@ -181,32 +181,3 @@ def retime_workload(suite: BenchSuite, entry: OpEntry, cells: list[dict[str, Any
     (output / entry.name / "timing.json").write_text(json.dumps(timing, indent=1))
     return timing
 
-
-def run_ops_bench(suite: BenchSuite, output: str | Path, workload_filter: str | None = None,
-                  progress: bool = True, retime: bool = False) -> list[dict[str, Any]]:
-    """Tune and re-time the suite's (filtered) workloads; returns their timings. Finished
-    cells and timings are reused, so an interrupted run picks up where it stopped;
-    ``retime`` times finished cells again (e.g. on a quieter machine)."""
-    output = Path(output)
-    output.mkdir(parents=True, exist_ok=True)
-    (output / "suite.json").write_text(suite.model_dump_json(indent=1))
-    measure = suite.measure
-    timings = []
-    for entry in suite.select(workload_filter):
-        timing_file = output / entry.name / "timing.json"
-        expected = {f"{t}#{s}" for t in suite.tuners for s in range(suite.seeds)}
-        if timing_file.exists() and not retime:
-            timing = json.loads(timing_file.read_text())
-            if timing.get("budget") == suite.budget and expected <= set(timing["cells"]):
-                timings.append(timing)
-                continue
-        cells = []
-        for seed in range(suite.seeds):
-            for tuner in suite.tuners:
-                print(f"[bench] {entry.name}: {tuner} seed {seed}, {suite.budget} trials")
-                cells.append(tune_cell(suite, entry, tuner, seed, output, suite.budget,
-                                       measure, progress))
-        print(f"[bench] {entry.name}: re-timing {len(cells)} programs and "
-              f"{len(suite.baselines)} baselines interleaved")
-        timings.append(retime_workload(suite, entry, cells, output, suite.baselines))
-    return timings

@@ -70,17 +70,19 @@ def propose_and_measure(session: TuningSession, agent: Agent, budget: Budget, ba
                         top_k: int, report: Callable[[TuningSession], None],
                         max_stalls: int = 5) -> None:
     """The default agent loop: ask for a batch (a fixed best layout in the loop-only
-    stage), measure the cost model's top-k of it, tell the agent. Gives up after
+    stage), measure what the agent chooses of it (by default the cost model's top-k),
+    tell the agent. Gives up after
     ``max_stalls`` batches in a row that offer nothing new to measure."""
     stalls = 0
     while session.trials < budget.total and stalls < max_stalls:
         best_cand, _ = session.best
         joint = session.trials < budget.joint or best_cand is None
-        start = time.perf_counter()
+        start, model = time.perf_counter(), session.seconds["cost_model"]
         candidates = agent.propose(session, batch, None if joint else best_cand.factors)
-        session.seconds["search"] += time.perf_counter() - start
-        k = min(top_k, budget.total - session.trials)
-        chosen = [candidates[i] for i in session.select(candidates, k)]
+        chosen = agent.choose(session, candidates, min(top_k, budget.total - session.trials))
+        # cost-model time spent inside the agent is already counted as such
+        session.seconds["search"] += (time.perf_counter() - start
+                                      - (session.seconds["cost_model"] - model))
         if not chosen:
             stalls += 1
             continue

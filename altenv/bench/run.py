@@ -1,0 +1,45 @@
+"""Running a suite: every entry's cells tuned (or reused), then the entry re-timed.
+
+Finished cells and timings are reused, so an interrupted run picks up where it stopped;
+``retime`` times finished cells again (e.g. once the machine is idle).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .net import retime_net, tune_net_cell
+from .ops import retime_workload, tune_cell
+from .suite import BenchSuite
+
+
+def run_bench(suite: BenchSuite, output: str | Path, pattern: str | None = None,
+              progress: bool = True, retime: bool = False) -> list[dict[str, Any]]:
+    """Tune and re-time the suite's entries whose names match ``pattern``; returns their
+    timings (``timing.json`` of each entry)."""
+    tune, time_entry, what = ((tune_cell, retime_workload, "programs") if suite.kind == "ops"
+                              else (tune_net_cell, retime_net, "networks"))
+    output = Path(output)
+    output.mkdir(parents=True, exist_ok=True)
+    (output / "suite.json").write_text(suite.model_dump_json(indent=1))
+    expected = {f"{t}#{s}" for t in suite.tuners for s in range(suite.seeds)}
+    timings = []
+    for entry in suite.select(pattern):
+        timing_file = output / entry.name / "timing.json"
+        if timing_file.exists() and not retime:
+            timing = json.loads(timing_file.read_text())
+            if timing.get("budget") == suite.budget and expected <= set(timing["cells"]):
+                timings.append(timing)
+                continue
+        cells = []
+        for seed in range(suite.seeds):
+            for tuner in suite.tuners:
+                print(f"[bench] {entry.name}: {tuner} seed {seed}, {suite.budget} trials")
+                cells.append(tune(suite, entry, tuner, seed, output, suite.budget,
+                                  suite.measure, progress))
+        print(f"[bench] {entry.name}: re-timing {len(cells)} {what} and "
+              f"{len(suite.baselines)} baselines interleaved")
+        timings.append(time_entry(suite, entry, cells, output, suite.baselines))
+    return timings
