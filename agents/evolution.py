@@ -70,6 +70,14 @@ class EvolutionAgent(Agent):
         self.population, self.generations, self.children = population, generations, children
         self.samples, self.elites, self.epsilon = samples, elites, epsilon
         self.initial_layouts, self.explore_layout = initial_layouts, explore_layout
+        self._task: str | None = None
+
+    def setup(self, session: TuningSession) -> None:
+        """Start a new search state when the agent moves to another task (a model run
+        tunes its tasks one after another with the same agent)."""
+        if session.task.key == self._task:
+            return
+        self._task = session.task.key
         self._pool: dict[Factors, list[Candidate]] = {}
         self._initial: list[Factors] = []
         self._constraints: LayoutConstraints | None = None
@@ -189,6 +197,7 @@ class EvolutionAgent(Agent):
                 ) -> list[Candidate]:
         """The evolved population of one layout (the next in the joint stage's schedule,
         or ``layout``), valid points only, best predicted first."""
+        self.setup(session)
         joint = layout is None
         population, scores, self._fresh = self._evolve(
             session, [self._layout(session, joint) if joint else layout])

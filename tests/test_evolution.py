@@ -71,6 +71,19 @@ def test_resumed_run_spends_only_the_rest(tmp_path):
         assert len(set(keys)) == len(keys) == 16
 
 
+def test_one_agent_tunes_tasks_in_turn(tmp_path):
+    """A model run hands the same agent one task after another."""
+    agent = agents.create("evolution", seed=0, population=8, generations=1, children=8,
+                          samples=8)
+    with RecordDB(tmp_path / "records.jsonl") as db:
+        for spec in (C2D, "gmm:M=16,N=16,K=16"):
+            session = TuningSession(OpTask(spec), SyntheticMeasurer(), db, check=False)
+            tune(session, agent, Budget(4, 4), top_k=4, progress=False)
+            assert session.trials == 8
+            names = {k for k, _ in session.task.default_factors()}
+            assert all({k for k, _ in f} == names for f in agent._initial)
+
+
 def test_bad_epsilon():
     with pytest.raises(ValueError, match="epsilon must be in"):
         agents.create("evolution", epsilon=1.5)
