@@ -149,16 +149,13 @@ class EvolutionAgent(Agent):
             point = space.move(point, k, direction)
         return Candidate(parent.factors, point)
 
-    def _evolve(self, session: TuningSession, layouts: list[Factors]
+    def _evolve(self, session: TuningSession, factors: Factors
                 ) -> tuple[list[Candidate], np.ndarray, list[Candidate]]:
-        """The final population of every layout with its predicted scores, and the fresh
+        """The final population of one layout with its predicted scores, and the fresh
         samples (for exploration)."""
-        fresh: list[Candidate] = []
-        parents: list[Candidate] = []
-        for factors in layouts:
-            points = session.task.space(factors).sample(self.samples, self.rng)
-            fresh += [Candidate(factors, p) for p in points]
-            parents += self._elites(session, factors) + self._pool.get(factors, [])
+        points = session.task.space(factors).sample(self.samples, self.rng)
+        fresh = [Candidate(factors, p) for p in points]
+        parents = self._elites(session, factors) + self._pool.get(factors, [])
         population = list(dict.fromkeys(parents + fresh))
         scores = session.predict(population)
         for _ in range(self.generations):
@@ -168,17 +165,16 @@ class EvolutionAgent(Agent):
             ranks = np.argsort(np.argsort(-np.where(finite, scores, -np.inf)))
             weights = np.where(finite, 1.0 / (1.0 + ranks), 0.0)
             picks = self.rng.choice(len(population), size=self.children, p=weights / weights.sum())
-            kids = [self._mutate(session, population[int(i)]) for i in picks]
-            kids = [k for k in dict.fromkeys(kids) if k not in set(population)]
+            known = set(population)
+            kids = [k for k in dict.fromkeys(self._mutate(session, population[int(i)])
+                                             for i in picks) if k not in known]
             if kids:
                 population += kids
                 scores = np.concatenate([scores, session.predict(kids)])
-            keep = np.argsort(-scores, kind="stable")[:self.population * len(layouts)]
+            keep = np.argsort(-scores, kind="stable")[:self.population]
             population = [population[int(i)] for i in keep]
             scores = scores[keep]
-        for factors in layouts:
-            self._pool[factors] = [c for c in population if c.factors == factors
-                                   ][:self.population]
+        self._pool[factors] = population
         return population, scores, fresh
 
     def choose(self, session: TuningSession, candidates: Sequence[Candidate], k: int
@@ -200,6 +196,6 @@ class EvolutionAgent(Agent):
         self.setup(session)
         joint = layout is None
         population, scores, self._fresh = self._evolve(
-            session, [self._layout(session, joint) if joint else layout])
+            session, self._layout(session, joint) if joint else layout)
         order = [int(i) for i in np.argsort(-scores, kind="stable") if np.isfinite(scores[i])]
         return [population[i] for i in order][:n]

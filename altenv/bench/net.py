@@ -79,7 +79,7 @@ def conversion_share(network: Any, inputs: list[Any], runs: int = 5) -> tuple[fl
 
     vm = relax.VirtualMachine(network.built.executable, network.built.device)
     args = [tvm.runtime.tensor(x, network.built.device) for x in inputs]
-    args += network._device_params()
+    args += network.device_params()
     seconds: dict[str, float] = defaultdict(float)
     started: dict[str, float] = {}
 

@@ -271,11 +271,12 @@ class NetworkBuild:
     def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         """Outputs (logical layouts) of the network on numpy ``inputs``."""
         dev = self.built.device
-        weights = self._device_params()
+        weights = self.device_params()
         out = self.built.vm["main"](*(tvm.runtime.tensor(x, dev) for x in inputs), *weights)
         return _flatten(out)
 
-    def _device_params(self) -> list[tvm.runtime.Tensor]:
+    def device_params(self) -> list[tvm.runtime.Tensor]:
+        """The physical weights on the device (uploaded once)."""
         if self._device_weights is None:
             self._device_weights = [tvm.runtime.tensor(p, self.built.device)
                                     for p in self.params]
@@ -284,7 +285,7 @@ class NetworkBuild:
     def time(self, inputs: list[np.ndarray], number: int = 10, repeat: int = 3) -> float:
         """Median latency of ``main`` in seconds."""
         dev = self.built.device
-        args = [tvm.runtime.tensor(x, dev) for x in inputs] + self._device_params()
+        args = [tvm.runtime.tensor(x, dev) for x in inputs] + self.device_params()
         timer = self.built.vm.time_evaluator("main", dev, number=number, repeat=repeat)
         return float(timer(*args).median)
 
