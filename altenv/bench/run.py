@@ -1,12 +1,17 @@
 """Running a suite: every entry's cells tuned (or reused), then the entry re-timed.
 
 Finished cells and timings are reused, so an interrupted run picks up where it stopped;
-``retime`` times finished cells again (e.g. once the machine is idle).
+``retime`` times finished cells again (e.g. once the machine is idle). Timing runs in a
+fresh process: timed in the process that had just tuned, PyTorch's worker took 24-47 ms
+on five ``alt9`` operators that a fresh process times at 0.36-5.3 ms, so whatever tuning
+leaves behind must not share the machine's cores with the contenders.
 """
 
 from __future__ import annotations
 
 import json
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -41,5 +46,12 @@ def run_bench(suite: BenchSuite, output: str | Path, pattern: str | None = None,
                                   suite.measure, progress))
         print(f"[bench] {entry.name}: re-timing {len(cells)} {what} and "
               f"{len(suite.baselines)} baselines interleaved")
-        timings.append(time_entry(suite, entry, cells, output, suite.baselines))
+        timings.append(_in_fresh_process(time_entry, suite, entry, cells, output,
+                                         suite.baselines))
     return timings
+
+
+def _in_fresh_process(fn: Any, *args: Any) -> Any:
+    """``fn(*args)`` in a newly spawned Python process (its result pickled back)."""
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(fn, *args).result()
