@@ -15,8 +15,11 @@ strategy in place of random batches:
   of a few initial layouts (the default and vector-friendly draws from the template,
   ``altenv.space.constraints.LayoutConstraints``), then alternates between the two best
   measured layouts, now and then trying a neighbour of the best (one knob moved). The
-  cost model is shared by all layouts (normalized per workload). The loop-only stage
-  keeps the best layout.
+  cost model is shared by all layouts (normalized per workload).
+- The loop-only stage keeps the best layout and, by default, hands its loops to
+  MetaSchedule's own ``EvolutionarySearch`` (``altenv.tuning.ms_search``), started from
+  the layout's measured records and ranked by the same cost model; ``loop_search=
+  "evolution"`` keeps the evolution above instead.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from altenv.space.constraints import Hardware, LayoutConstraints
+from altenv.tuning.ms_search import LayoutLoopSearch
 from altenv.tuning.session import TuningSession
 from altenv.tuning.task import Candidate, Factors, freeze
 
@@ -58,14 +62,28 @@ class EvolutionAgent(Agent):
         and vector-friendly draws from the template).
     explore_layout:
         Probability that a later joint-stage batch tries a neighbour of the best layout.
+    loop_search:
+        Search of the loop-only stage: ``"metaschedule"`` (MetaSchedule's
+        ``EvolutionarySearch`` on the best layout) or ``"evolution"`` (the joint stage's
+        evolution, kept on the best layout).
+    ms_population, ms_batch:
+        Population and candidates per iteration of the MetaSchedule loop search.
     """
+
+    LOOP_SEARCHES = ("metaschedule", "evolution")
 
     def __init__(self, seed: int = 0, population: int = 64, generations: int = 3,
                  children: int = 96, samples: int = 48, elites: int = 16,
                  epsilon: float = 0.125, initial_layouts: int = 4,
-                 explore_layout: float = 0.25):
+                 explore_layout: float = 0.25, loop_search: str = "metaschedule",
+                 ms_population: int = 512, ms_batch: int = 32):
         if not 0 <= epsilon <= 1:
             raise ValueError(f"evolution: epsilon must be in [0, 1], got {epsilon}")
+        if loop_search not in self.LOOP_SEARCHES:
+            raise ValueError(f"evolution: loop_search must be one of "
+                             f"{', '.join(self.LOOP_SEARCHES)}, got {loop_search!r}")
+        self.loop_search, self.ms_population, self.ms_batch = (
+            loop_search, ms_population, ms_batch)
         self.rng = np.random.default_rng(seed)
         self.population, self.generations, self.children = population, generations, children
         self.samples, self.elites, self.epsilon = samples, elites, epsilon
@@ -83,6 +101,7 @@ class EvolutionAgent(Agent):
         self._constraints: LayoutConstraints | None = None
         self._turn = 0
         self._fresh: list[Candidate] = []
+        self._loop_searches: dict[Factors, LayoutLoopSearch] = {}
 
     # ----------------------------------------------------------------- layouts
     def _neighbour(self, session: TuningSession, factors: Factors) -> Factors:
@@ -181,7 +200,7 @@ class EvolutionAgent(Agent):
                ) -> list[Candidate]:
         """Top-``k`` unmeasured of the batch (ranked best first by :meth:`propose`), except
         that a share ``epsilon`` are random fresh samples of this batch."""
-        explore = min(int(round(self.epsilon * k)), k - 1) if k > 1 else 0
+        explore = min(int(round(self.epsilon * k)), k - 1) if k > 1 and self._fresh else 0
         chosen = [c for c in dict.fromkeys(candidates)
                   if session.measured(c) is None][:k - explore]
         unmeasured = [c for c in self._fresh if session.measured(c) is None and c not in chosen]
@@ -192,9 +211,20 @@ class EvolutionAgent(Agent):
     def propose(self, session: TuningSession, n: int, layout: Factors | None
                 ) -> list[Candidate]:
         """The evolved population of one layout (the next in the joint stage's schedule,
-        or ``layout``), valid points only, best predicted first."""
+        or ``layout``), valid points only, best predicted first. In the loop-only stage
+        with ``loop_search="metaschedule"``: MetaSchedule's next picks for ``layout``
+        (the evolution's population only if it has none left to offer)."""
         self.setup(session)
         joint = layout is None
+        if not joint and self.loop_search == "metaschedule":
+            if layout not in self._loop_searches:
+                self._loop_searches[layout] = LayoutLoopSearch(
+                    session, layout, seed=int(self.rng.integers(1 << 30)),
+                    population=self.ms_population, batch=self.ms_batch)
+            self._fresh = []
+            picks = self._loop_searches[layout].propose(n)
+            if picks:
+                return picks
         population, scores, self._fresh = self._evolve(
             session, self._layout(session, joint) if joint else layout)
         order = [int(i) for i in np.argsort(-scores, kind="stable") if np.isfinite(scores[i])]

@@ -13,11 +13,13 @@ from altenv.measure import MeasureConfig, create
 from altenv.records import RecordDB
 from altenv.space.constraints import Hardware, LayoutConstraints
 from altenv.tuning import Budget, OpTask, TuningSession, tune
+from altenv.tuning.task import freeze
 
 C2D = "c2d:N=1,I=8,O=16,H=8,W=8,KH=3,KW=3,pad=1"
 
 
 def _tune(task, db, budget, seed=0, **options):
+    options = {"ms_population": 32, "ms_batch": 8, **options}
     session = TuningSession(task, SyntheticMeasurer(), db, check=False)
     agent = agents.create("evolution", seed=seed, population=16, generations=2, children=16,
                           samples=12, **options)
@@ -74,7 +76,7 @@ def test_resumed_run_spends_only_the_rest(tmp_path):
 def test_one_agent_tunes_tasks_in_turn(tmp_path):
     """A model run hands the same agent one task after another."""
     agent = agents.create("evolution", seed=0, population=8, generations=1, children=8,
-                          samples=8)
+                          samples=8, ms_population=32, ms_batch=8)
     with RecordDB(tmp_path / "records.jsonl") as db:
         for spec in (C2D, "gmm:M=16,N=16,K=16"):
             session = TuningSession(OpTask(spec), SyntheticMeasurer(), db, check=False)
@@ -82,6 +84,27 @@ def test_one_agent_tunes_tasks_in_turn(tmp_path):
             assert session.trials == 8
             names = {k for k, _ in session.task.default_factors()}
             assert all({k for k, _ in f} == names for f in agent._initial)
+
+
+def test_loop_stage_runs_metaschedule_search_from_the_layout_records(tmp_path):
+    task = OpTask(C2D)
+    with RecordDB(tmp_path / "records.jsonl") as db:
+        session, agent = _tune(task, db, Budget(8, 12))
+        records = db.records(task.key)
+        assert len(records) == 20 and len({r.key for r in records}) == 20
+        best_joint = freeze(min(records[:8], key=lambda r: r.median).layouts["factors"])
+        search = agent._loop_searches[best_joint]
+        assert all(freeze(r.layouts["factors"]) == best_joint for r in records[8:])
+        # the loop stage measured MetaSchedule's picks, each read back into a point, and
+        # the search's database holds every measured record of the layout
+        picked = {c for _, c in search._pending if c is not None}
+        assert picked & {c for c, _ in session.measured_items()}
+        assert len(search.database) >= 8
+
+
+def test_bad_loop_search():
+    with pytest.raises(ValueError, match="loop_search must be one of metaschedule, evolution"):
+        agents.create("evolution", loop_search="beam")
 
 
 def test_bad_epsilon():

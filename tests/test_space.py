@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 import tvm
+import tvm_ffi
 from tvm import te, topi
 
 from altenv.space import ComputeLocationSubspace, LoopPoint, LoopSpace, TileSubspace
@@ -119,6 +120,23 @@ def test_sample_json_decode_round_trip(case, target):
         assert sch is not None
         expected = [point.values[k] for k in space.design_slots(point.design)]
         assert _sampled_decisions(sch) == expected
+
+
+def test_point_of_reads_back_sampled_and_searched_schedules(case):
+    """Decoded points and MetaSchedule's own search candidates (simplified traces) map
+    back to the point that decodes to the same program."""
+    space = case[0]
+    for point in space.sample(4, seed=5):
+        assert space.point_of(space.decode(point)) == point
+    from tvm.s_tir import meta_schedule as ms
+
+    strategy = ms.search_strategy.ReplayTrace()
+    _, design_spaces = space.search_context(strategy, seed=1)
+    strategy.pre_tuning(4, 4, design_spaces)
+    for candidate in strategy.generate_measure_candidates():
+        point = space.point_of(candidate.sch)
+        assert point is not None
+        assert tvm_ffi.structural_equal(space.decode(point).mod, candidate.sch.mod)
 
 
 def test_decoded_schedules_compute_correctly(case, target):

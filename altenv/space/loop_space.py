@@ -73,9 +73,22 @@ class _Design:
     fixed: dict[Instruction, Any]
 
 
-def _tensorizing_generator(intrin: str) -> ms.space_generator.PostOrderApply:
-    """The LLVM rules and postprocessors with tiling around tensor intrinsic ``intrin``
-    (as TVM's own x86 VNNI configuration)."""
+def _mutator_probs() -> dict[ms.Mutator, float]:
+    """MetaSchedule's LLVM mutators without ``MutateParallel``: that one rewrites an
+    annotation's value, which a point (decisions of sampling instructions) cannot hold,
+    so a mutant it made would be measured as its parent."""
+    probs = {m: p for m, p in ms.Mutator.create("llvm").items()
+             if not isinstance(m, ms.mutator.MutateParallel)}
+    total = sum(probs.values())
+    return {m: p / total for m, p in probs.items()}
+
+
+def _generator(intrin: str | None) -> ms.space_generator.PostOrderApply:
+    """``post-order-apply`` with the target's rules and postprocessors, or, with tensor
+    intrinsic ``intrin``, the LLVM rules tiling around it (as TVM's own x86 VNNI
+    configuration)."""
+    if intrin is None:
+        return ms.space_generator.PostOrderApply(mutator_probs=_mutator_probs())
     ensure_registered(intrin)
     rules = [ms.schedule_rule.MultiLevelTilingWithIntrin(
         intrin, structure="SSRSRS", max_innermost_factor=64,
@@ -88,7 +101,7 @@ def _tensorizing_generator(intrin: str) -> ms.space_generator.PostOrderApply:
         if isinstance(p, ms.postproc.RewriteReductionBlock):
             postprocs.append(ms.postproc.RewriteTensorize(vectorize_init_loop=True))
     return ms.space_generator.PostOrderApply(sch_rules=rules, postprocs=postprocs,
-                                             mutator_probs="llvm")
+                                             mutator_probs=_mutator_probs())
 
 
 class _Core:
@@ -101,9 +114,8 @@ class _Core:
         self.target = target
         self.intrin = intrin
         with tune_context_intrins(target):
-            generator = "post-order-apply" if intrin is None else _tensorizing_generator(intrin)
             self.context = ms.TuneContext(
-                mod, target=target, space_generator=generator, task_name="task"
+                mod, target=target, space_generator=_generator(intrin), task_name="task"
             )
         self.postprocs = list(self.context.space_generator.postprocs)
         spaces = self.context.generate_design_space()
@@ -364,6 +376,42 @@ class LoopSpace:
             if ok:
                 points.append(point)
         return points
+
+    # ----------------------------------------------------------------- MetaSchedule search
+    def search_context(self, strategy: ms.SearchStrategy, seed: int
+                       ) -> tuple[ms.TuneContext, list[Schedule]]:
+        """A tuning context of this task for a MetaSchedule search ``strategy`` (same rules,
+        postprocessors and mutators as the space), seeded with ``seed``, and its design
+        spaces (whose traces :meth:`point_of` reads back)."""
+        with tune_context_intrins(self.target):
+            context = ms.TuneContext(self.mod, target=self.target,
+                                     space_generator=_generator(self._core.intrin),
+                                     search_strategy=strategy, task_name="task",
+                                     rand_state=seed)
+        return context, list(context.generate_design_space())
+
+    def point_of(self, sch: Schedule) -> LoopPoint | None:
+        """The point that decodes to ``sch`` (a schedule of one of the design spaces with
+        other decisions, e.g. a MetaSchedule search candidate, whose trace may have been
+        simplified), or ``None`` if no valid point does: the sampling instructions of the
+        trace are matched to a design space's in order, and the decoded program must be
+        structurally equal to ``sch``'s."""
+        samples = [inst for inst in sch.trace.insts if inst.kind.name.startswith("Sample")]
+        kinds = tuple(inst.kind.name for inst in samples)
+        for d, design in enumerate(self._core.designs):
+            ours = [i for i, inst in enumerate(design.insts) if inst.kind.name.startswith("Sample")]
+            if tuple(design.insts[i].kind.name for i in ours) != kinds:
+                continue
+            at = {i: inst for i, inst in zip(ours, samples)}
+            values = list(self._core.defaults)
+            values[0] = (d,)
+            for i, k in design.slots:
+                values[k] = _value_of(kinds[ours.index(i)], sch.trace.get_decision(at[i]))
+            point = LoopPoint(tuple(values))
+            decoded = self.decode(point)
+            if decoded is not None and tvm_ffi.structural_equal(decoded.mod, sch.mod):
+                return point
+        return None
 
     # ----------------------------------------------------------------- decoding
     def decode(self, point: LoopPoint) -> Schedule | None:
