@@ -73,22 +73,25 @@ class _Design:
     fixed: dict[Instruction, Any]
 
 
-def _mutator_probs() -> dict[ms.Mutator, float]:
-    """MetaSchedule's LLVM mutators without ``MutateParallel``: that one rewrites an
-    annotation's value, which a point (decisions of sampling instructions) cannot hold,
-    so a mutant it made would be measured as its parent."""
-    probs = {m: p for m, p in ms.Mutator.create("llvm").items()
+def _mutator_probs(target: tvm.target.Target) -> dict[ms.Mutator, float]:
+    """MetaSchedule's mutators of the target (``cuda`` or ``llvm``) without
+    ``MutateParallel``: that one rewrites an annotation's value, which a point (decisions
+    of sampling instructions) cannot hold, so a mutant it made would be measured as its
+    parent."""
+    kind = "cuda" if target.kind.name == "cuda" else "llvm"
+    probs = {m: p for m, p in ms.Mutator.create(kind).items()
              if not isinstance(m, ms.mutator.MutateParallel)}
     total = sum(probs.values())
     return {m: p / total for m, p in probs.items()}
 
 
-def _generator(intrin: str | None) -> ms.space_generator.PostOrderApply:
+def _generator(target: tvm.target.Target, intrin: str | None
+               ) -> ms.space_generator.PostOrderApply:
     """``post-order-apply`` with the target's rules and postprocessors, or, with tensor
     intrinsic ``intrin``, the LLVM rules tiling around it (as TVM's own x86 VNNI
     configuration)."""
     if intrin is None:
-        return ms.space_generator.PostOrderApply(mutator_probs=_mutator_probs())
+        return ms.space_generator.PostOrderApply(mutator_probs=_mutator_probs(target))
     ensure_registered(intrin)
     rules = [ms.schedule_rule.MultiLevelTilingWithIntrin(
         intrin, structure="SSRSRS", max_innermost_factor=64,
@@ -101,7 +104,7 @@ def _generator(intrin: str | None) -> ms.space_generator.PostOrderApply:
         if isinstance(p, ms.postproc.RewriteReductionBlock):
             postprocs.append(ms.postproc.RewriteTensorize(vectorize_init_loop=True))
     return ms.space_generator.PostOrderApply(sch_rules=rules, postprocs=postprocs,
-                                             mutator_probs=_mutator_probs())
+                                             mutator_probs=_mutator_probs(target))
 
 
 class _Core:
@@ -115,7 +118,7 @@ class _Core:
         self.intrin = intrin
         with tune_context_intrins(target):
             self.context = ms.TuneContext(
-                mod, target=target, space_generator=_generator(intrin), task_name="task"
+                mod, target=target, space_generator=_generator(target, intrin), task_name="task"
             )
         self.postprocs = list(self.context.space_generator.postprocs)
         spaces = self.context.generate_design_space()
@@ -385,7 +388,7 @@ class LoopSpace:
         spaces (whose traces :meth:`point_of` reads back)."""
         with tune_context_intrins(self.target):
             context = ms.TuneContext(self.mod, target=self.target,
-                                     space_generator=_generator(self._core.intrin),
+                                     space_generator=_generator(self.target, self._core.intrin),
                                      search_strategy=strategy, task_name="task",
                                      rand_state=seed)
         return context, list(context.generate_design_space())
