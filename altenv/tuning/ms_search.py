@@ -67,9 +67,10 @@ class LayoutLoopSearch:
         self.strategy = ms.search_strategy.EvolutionarySearch(
             population_size=population, eps_greedy=eps_greedy)
         context, design_spaces = self.space.search_context(self.strategy, seed)
-        self._context = context  # the strategy holds it weakly
+        self._context = context  # kept as long as the strategy initialized with it
         self.database = ms.database.MemoryDatabase()
         self._workload = self.database.commit_workload(self.space.mod)
+        # no trial limit here: the session enforces the budget
         self.strategy.pre_tuning(1 << 30, batch, design_spaces, self.database,
                                  _SessionCostModel(session))
         self._committed: set[Candidate] = set()
