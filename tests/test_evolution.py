@@ -96,10 +96,13 @@ def test_loop_stage_runs_metaschedule_search_from_the_layout_records(tmp_path):
         search = agent._loop_searches[best_joint]
         assert all(freeze(r.layouts["factors"]) == best_joint for r in records[8:])
         # the loop stage measured MetaSchedule's picks, each read back into a point, and
-        # the search's database holds every measured record of the layout
+        # the search's database receives every measured record of the layout (the joint
+        # stage's included)
         picked = {c for _, c in search._pending if c is not None}
         assert picked & {c for c, _ in session.measured_items()}
-        assert len(search.database) >= 8
+        search._commit()
+        on_layout = [c for c, _ in session.measured_items() if c.factors == best_joint]
+        assert len(search.database) == len(on_layout) > 12
 
 
 def test_bad_loop_search():

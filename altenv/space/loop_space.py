@@ -405,11 +405,11 @@ class LoopSpace:
             ours = [i for i, inst in enumerate(design.insts) if inst.kind.name.startswith("Sample")]
             if tuple(design.insts[i].kind.name for i in ours) != kinds:
                 continue
-            at = {i: inst for i, inst in zip(ours, samples)}
+            at = dict(zip(ours, samples))
             values = list(self._core.defaults)
             values[0] = (d,)
             for i, k in design.slots:
-                values[k] = _value_of(kinds[ours.index(i)], sch.trace.get_decision(at[i]))
+                values[k] = _value_of(at[i].kind.name, sch.trace.get_decision(at[i]))
             point = LoopPoint(tuple(values))
             decoded = self.decode(point)
             if decoded is not None and tvm_ffi.structural_equal(decoded.mod, sch.mod):
