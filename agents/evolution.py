@@ -16,20 +16,26 @@ strategy in place of random batches:
   ``altenv.space.constraints.LayoutConstraints``), then alternates between the two best
   measured layouts, now and then trying a neighbour of the best (one knob moved). The
   cost model is shared by all layouts (normalized per workload).
-- The loop-only stage keeps the best layout and, by default, hands its loops to
-  MetaSchedule's own ``EvolutionarySearch`` (``altenv.tuning.ms_search``), started from
-  the layout's measured records and ranked by the same cost model; ``loop_search=
-  "evolution"`` keeps the evolution above instead.
+- The loop-only stage first races the best ``race_layouts`` layouts of the joint stage
+  (successive halving: each round gives every entrant ``race_trials`` more trials and
+  keeps the faster half), because a layout's first few trials say more about the luck of
+  its loop samples than about the layout. It then keeps the winner and, by default, hands
+  its loops to MetaSchedule's own ``EvolutionarySearch`` (``altenv.tuning.ms_search``),
+  started from the layout's measured records and ranked by the same cost model (the
+  race's trials come from the same searches); ``loop_search="evolution"`` keeps the
+  evolution above instead.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from altenv.space.constraints import Hardware, LayoutConstraints
+from altenv.tuning.loop import Budget
 from altenv.tuning.ms_search import LayoutLoopSearch
 from altenv.tuning.session import TuningSession
 from altenv.tuning.task import Candidate, Factors, freeze
@@ -68,6 +74,11 @@ class EvolutionAgent(Agent):
         evolution, kept on the best layout).
     ms_population, ms_batch:
         Population and candidates per iteration of the MetaSchedule loop search.
+    race_layouts:
+        Layouts (the joint stage's best) raced at the start of the loop-only stage; fewer
+        when the race would take more than half of that stage, none below two.
+    race_trials:
+        Trials each entrant gets per round of the race.
     """
 
     LOOP_SEARCHES = ("metaschedule", "evolution")
@@ -76,7 +87,8 @@ class EvolutionAgent(Agent):
                  children: int = 96, samples: int = 48, elites: int = 16,
                  epsilon: float = 0.125, initial_layouts: int = 4,
                  explore_layout: float = 0.25, loop_search: str = "metaschedule",
-                 ms_population: int = 512, ms_batch: int = 32):
+                 ms_population: int = 512, ms_batch: int = 32, race_layouts: int = 4,
+                 race_trials: int = 8):
         if not 0 <= epsilon <= 1:
             raise ValueError(f"evolution: epsilon must be in [0, 1], got {epsilon}")
         if loop_search not in self.LOOP_SEARCHES:
@@ -88,7 +100,15 @@ class EvolutionAgent(Agent):
         self.population, self.generations, self.children = population, generations, children
         self.samples, self.elites, self.epsilon = samples, elites, epsilon
         self.initial_layouts, self.explore_layout = initial_layouts, explore_layout
+        self.race_layouts, self.race_trials = race_layouts, race_trials
         self._task: str | None = None
+        self._budget: Budget | None = None
+
+    def run(self, session: TuningSession, budget: Budget, batch: int, top_k: int,
+            report: Callable[[TuningSession], None]) -> None:
+        """The default loop; the budget's split sizes the layout race."""
+        self._budget = budget
+        super().run(session, budget, batch, top_k, report)
 
     def setup(self, session: TuningSession) -> None:
         """Start a new search state when the agent moves to another task (a model run
@@ -102,6 +122,7 @@ class EvolutionAgent(Agent):
         self._turn = 0
         self._fresh: list[Candidate] = []
         self._loop_searches: dict[Factors, LayoutLoopSearch] = {}
+        self._exhausted: set[Factors] = set()
 
     # ----------------------------------------------------------------- layouts
     def _neighbour(self, session: TuningSession, factors: Factors) -> Factors:
@@ -147,6 +168,48 @@ class EvolutionAgent(Agent):
             return self._neighbour(session, ranked[0])
         self._turn += 1
         return ranked[self._turn % min(2, len(ranked))]
+
+    def _race_entrants(self) -> int:
+        """How many layouts the race can take: at most ``race_layouts``, and no more than
+        fit in half of the loop-only stage (0: no race)."""
+        if self._budget is None:
+            return 0
+        for n in range(self.race_layouts, 1, -1):
+            rounds, left = 0, n
+            while left > 1:
+                rounds, left = rounds + left, math.ceil(left / 2)
+            if rounds * self.race_trials <= self._budget.loop_only / 2:
+                return n
+        return 0
+
+    def _race(self, session: TuningSession) -> tuple[Factors, int] | None:
+        """The raced layout of the next loop-only batch and the trials it still needs in
+        this round; once one layout is left, the winner and 0 (``None``: no race). The
+        race state follows from the records alone (entrants: the best layouts of the first
+        ``budget.joint`` trials; rounds: trials since), so a resumed run goes on where it
+        stopped."""
+        n = self._race_entrants()
+        if n == 0:
+            return None
+        items = session.measured_items()
+        joint = self._budget.joint
+        best: dict[Factors, float] = {}
+        for cand, latency in items[:joint]:
+            best[cand.factors] = min(best.get(cand.factors, math.inf), latency)
+        entrants = sorted((f for f in best if math.isfinite(best[f])), key=best.get)[:n]
+        if len(entrants) < 2:
+            return None
+        done = Counter(cand.factors for cand, _ in items[joint:])
+        for cand, latency in items[joint:]:
+            best[cand.factors] = min(best.get(cand.factors, math.inf), latency)
+        quota = 0
+        while len(entrants) > 1:
+            quota += self.race_trials
+            for factors in entrants:
+                if done[factors] < quota and factors not in self._exhausted:
+                    return factors, quota - done[factors]
+            entrants = sorted(entrants, key=best.get)[:math.ceil(len(entrants) / 2)]
+        return entrants[0], 0
 
     # ----------------------------------------------------------------- loops
     def _elites(self, session: TuningSession, factors: Factors) -> list[Candidate]:
@@ -212,9 +275,24 @@ class EvolutionAgent(Agent):
                 ) -> list[Candidate]:
         """The evolved population of one layout (the next in the joint stage's schedule,
         or ``layout``), valid points only, best predicted first. In the loop-only stage
-        with ``loop_search="metaschedule"``: MetaSchedule's next picks for ``layout``
-        (the evolution's population only if it has none left to offer)."""
+        the layout is the race's while it runs, and with ``loop_search="metaschedule"``
+        the batch is MetaSchedule's next picks for it (the evolution's population only
+        if it has none left to offer)."""
         self.setup(session)
+        joint = layout is None
+        race = None if joint else self._race(session)
+        if race is not None and race[1] == 0:
+            layout = race[0]
+        elif race is not None:
+            batch = self._loop_batch(session, min(n, race[1]), race[0])
+            if not any(session.measured(c) is None for c in batch):
+                self._exhausted.add(race[0])  # nothing new left on it: out of the race
+                return self.propose(session, n, layout)
+            return batch
+        return self._loop_batch(session, n, layout)
+
+    def _loop_batch(self, session: TuningSession, n: int, layout: Factors | None
+                    ) -> list[Candidate]:
         joint = layout is None
         if not joint and self.loop_search == "metaschedule":
             if layout not in self._loop_searches:

@@ -105,6 +105,64 @@ def test_loop_stage_runs_metaschedule_search_from_the_layout_records(tmp_path):
         assert len(search.database) == len(on_layout) > 12
 
 
+def _check_race(records, joint, trials):
+    """The loop-only stage's records follow a race of the joint stage's four best layouts:
+    ``trials`` each, then ``trials`` more for the faster two, then only the winner."""
+    layouts = [freeze(r.layouts["factors"]) for r in records]
+    best: dict = {}
+
+    def update(upto):
+        for f, r in zip(layouts[:upto], records[:upto]):
+            best[f] = min(best.get(f, math.inf), r.median)
+
+    update(joint)
+    entrants = sorted(best, key=best.get)[:4]
+    assert len(entrants) == 4
+    start = joint
+    for size in (4, 2):
+        got = layouts[start:start + size * trials]
+        assert {f: got.count(f) for f in set(got)} == dict.fromkeys(entrants, trials)
+        start += size * trials
+        update(start)
+        entrants = sorted(entrants, key=best.get)[:size // 2]
+    assert set(layouts[start:]) == set(entrants)
+
+
+def test_loop_stage_races_the_best_layouts_before_keeping_one(tmp_path):
+    task = OpTask(C2D)
+    budget = Budget(24, 56)  # the race (4 + 2) x 4 trials fits in half the loop stage
+    with RecordDB(tmp_path / "records.jsonl") as db:
+        _tune(task, db, budget, race_trials=4)
+        _check_race(db.records(task.key), budget.joint, 4)
+
+
+def test_killed_race_resumes_from_its_records(tmp_path):
+    task = OpTask(C2D)
+    budget = Budget(24, 56)
+
+    def kill(session):
+        if session.trials >= 32:  # in the race's first round
+            raise KeyboardInterrupt
+
+    with RecordDB(tmp_path / "records.jsonl") as db:
+        session = TuningSession(task, SyntheticMeasurer(), db, check=False)
+        agent = agents.create("evolution", seed=0, population=16, generations=2, children=16,
+                              samples=12, ms_population=32, ms_batch=8, race_trials=4)
+        with pytest.raises(KeyboardInterrupt):
+            tune(session, agent, budget, top_k=4, progress=False, callbacks=[kill])
+    with RecordDB(tmp_path / "records.jsonl") as db:
+        session, _ = _tune(task, db, budget, seed=1, race_trials=4)
+        assert session.trials == 80
+        _check_race(db.records(task.key), budget.joint, 4)
+
+
+def test_race_shrinks_to_fit_the_loop_stage():
+    agent = agents.create("evolution", race_layouts=4, race_trials=8)
+    for loop_only, entrants in ((140, 4), (90, 3), (40, 2), (20, 0)):
+        agent._budget = Budget(60, loop_only)
+        assert agent._race_entrants() == entrants
+
+
 def test_bad_loop_search():
     with pytest.raises(ValueError, match="loop_search must be one of metaschedule, evolution"):
         agents.create("evolution", loop_search="beam")
