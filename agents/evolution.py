@@ -91,6 +91,9 @@ class EvolutionAgent(Agent):
                  race_trials: int = 8):
         if not 0 <= epsilon <= 1:
             raise ValueError(f"evolution: epsilon must be in [0, 1], got {epsilon}")
+        if race_layouts < 0 or race_trials < 1:
+            raise ValueError(f"evolution: race_layouts must be >= 0 and race_trials >= 1, "
+                             f"got {race_layouts} and {race_trials}")
         if loop_search not in self.LOOP_SEARCHES:
             raise ValueError(f"evolution: loop_search must be one of "
                              f"{', '.join(self.LOOP_SEARCHES)}, got {loop_search!r}")

@@ -168,6 +168,11 @@ def test_bad_loop_search():
         agents.create("evolution", loop_search="beam")
 
 
+def test_bad_race_options():
+    with pytest.raises(ValueError, match="race_trials >= 1, got 4 and 0"):
+        agents.create("evolution", race_layouts=4, race_trials=0)
+
+
 def test_bad_epsilon():
     with pytest.raises(ValueError, match="epsilon must be in"):
         agents.create("evolution", epsilon=1.5)
