@@ -18,12 +18,12 @@ from altenv.tuning.task import freeze
 C2D = "c2d:N=1,I=8,O=16,H=8,W=8,KH=3,KW=3,pad=1"
 
 
-def _tune(task, db, budget, seed=0, **options):
+def _tune(task, db, budget, seed=0, callbacks=(), **options):
     options = {"ms_population": 32, "ms_batch": 8, **options}
     session = TuningSession(task, SyntheticMeasurer(), db, check=False)
     agent = agents.create("evolution", seed=seed, population=16, generations=2, children=16,
                           samples=12, **options)
-    tune(session, agent, budget, top_k=4, progress=False)
+    tune(session, agent, budget, top_k=4, progress=False, callbacks=callbacks)
     return session, agent
 
 
@@ -144,12 +144,8 @@ def test_killed_race_resumes_from_its_records(tmp_path):
         if session.trials >= 32:  # in the race's first round
             raise KeyboardInterrupt
 
-    with RecordDB(tmp_path / "records.jsonl") as db:
-        session = TuningSession(task, SyntheticMeasurer(), db, check=False)
-        agent = agents.create("evolution", seed=0, population=16, generations=2, children=16,
-                              samples=12, ms_population=32, ms_batch=8, race_trials=4)
-        with pytest.raises(KeyboardInterrupt):
-            tune(session, agent, budget, top_k=4, progress=False, callbacks=[kill])
+    with RecordDB(tmp_path / "records.jsonl") as db, pytest.raises(KeyboardInterrupt):
+        _tune(task, db, budget, callbacks=[kill], race_trials=4)
     with RecordDB(tmp_path / "records.jsonl") as db:
         session, _ = _tune(task, db, budget, seed=1, race_trials=4)
         assert session.trials == 80
