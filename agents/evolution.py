@@ -284,18 +284,17 @@ class EvolutionAgent(Agent):
         self.setup(session)
         joint = layout is None
         race = None if joint else self._race(session)
-        if race is not None and race[1] == 0:
-            layout = race[0]
-        elif race is not None:
-            batch = self._loop_batch(session, min(n, race[1]), race[0])
-            if not any(session.measured(c) is None for c in batch):
-                self._exhausted.add(race[0])  # nothing new left on it: out of the race
-                return self.propose(session, n, layout)
+        if race is None or race[1] == 0:
+            return self._loop_batch(session, n, layout if race is None else race[0])
+        batch = self._loop_batch(session, min(n, race[1]), race[0])
+        if any(session.measured(c) is None for c in batch):
             return batch
-        return self._loop_batch(session, n, layout)
+        self._exhausted.add(race[0])  # nothing new left on it: out of the race
+        return self.propose(session, n, layout)
 
     def _loop_batch(self, session: TuningSession, n: int, layout: Factors | None
                     ) -> list[Candidate]:
+        """One batch of ``layout`` (``None``: the joint stage's next layout)."""
         joint = layout is None
         if not joint and self.loop_search == "metaschedule":
             if layout not in self._loop_searches:
