@@ -86,11 +86,13 @@ class HeronCGAAgent(Agent):
         self._layout_model: LayoutConstraints | None = None
         self._pop: list[Candidate] = []
         self._records: list[tuple[Candidate, float]] = []
+        self._genes: dict[Candidate, Genes] = {}
 
     # ------------------------------------------------------------------ protocol
     def setup(self, session: TuningSession) -> None:
         task = session.task
         self._task = task
+        self._pop, self._records, self._genes = [], [], {}
         self._layout_model = LayoutConstraints(
             task.template, Hardware.of(task.target) if self.hardware else None)
         for record in session.db.records(task.key):
@@ -126,11 +128,15 @@ class HeronCGAAgent(Agent):
 
     # ------------------------------------------------------------------ genes
     def genes(self, candidate: Candidate) -> Genes:
-        """A candidate's chromosome: its layout genes and its loop genes."""
+        """A candidate's chromosome: its layout genes and its loop genes (kept, so that
+        ranking key genes over the records and pairing parents do not rebuild the loop
+        models of layouts the task's space cache has dropped)."""
         assert self._task is not None and self._layout_model is not None
-        loop = self._loop_model(candidate.factors)
-        return {**self._layout_model.genes_of(dict(candidate.factors)),
-                **loop.genes_of(candidate.point)}
+        if candidate not in self._genes:
+            loop = self._loop_model(candidate.factors)
+            self._genes[candidate] = {**self._layout_model.genes_of(dict(candidate.factors)),
+                                      **loop.genes_of(candidate.point)}
+        return self._genes[candidate]
 
     def _loop_model(self, factors: Factors) -> LoopConstraints:
         assert self._task is not None

@@ -171,6 +171,23 @@ def test_agent_stages_and_key_variables(session):
     assert loop and {c.factors for c in loop} == {layout}
 
 
+
+def test_agent_moved_to_another_task_keeps_only_its_state(session, tasks, tmp_path):
+    agent = agents.create("heron_cga", seed=2, population=8, min_records=4)
+    first = agent.propose(session, 8, None)
+    agent.observe(first[:4], session.measure(first[:4]))
+    assert agent.key_genes() is not None
+    with RecordDB(tmp_path / "c2d.jsonl") as db:
+        other = TuningSession(tasks[C2D], SyntheticMeasurer(), db, check=False)
+        proposed = agent.propose(other, 8, None)
+        # records, population and chromosomes of the GMM task are gone: ranking key
+        # genes would otherwise decode GMM points in C2D's loop spaces
+        assert agent._records == [] and agent.key_genes() is None
+        assert proposed and all(other.schedule(c) is not None for c in proposed)
+        knobs = set(dict(tasks[C2D].default_factors()))
+        assert agent._genes and all(set(dict(c.factors)) == knobs for c in agent._genes)
+
+
 @pytest.mark.slow
 def test_heron_cga_tunes_end_to_end(tasks, tmp_path):
     with create("local", MeasureConfig(number=1, repeat=2, min_repeat_ms=5)) as measurer, \
