@@ -265,7 +265,9 @@ class EvolutionAgent(Agent):
     def choose(self, session: TuningSession, candidates: Sequence[Candidate], k: int
                ) -> list[Candidate]:
         """Top-``k`` unmeasured of the batch (ranked best first by :meth:`propose`), except
-        that a share ``epsilon`` are random fresh samples of this batch."""
+        that a share ``epsilon`` are random fresh samples of this batch; never more than the
+        batch holds (a race round's last batch is cut to what is left of its quota)."""
+        k = min(k, len(candidates))
         explore = min(int(round(self.epsilon * k)), k - 1) if k > 1 and self._fresh else 0
         chosen = [c for c in dict.fromkeys(candidates)
                   if session.measured(c) is None][:k - explore]
@@ -286,8 +288,9 @@ class EvolutionAgent(Agent):
         race = None if joint else self._race(session)
         if race is None or race[1] == 0:
             return self._loop_batch(session, n, layout if race is None else race[0])
-        batch = self._loop_batch(session, min(n, race[1]), race[0])
-        if any(session.measured(c) is None for c in batch):
+        batch = [c for c in self._loop_batch(session, n, race[0])
+                 if session.measured(c) is None][:race[1]]  # the round's quota, unmeasured
+        if batch:
             return batch
         self._exhausted.add(race[0])  # nothing new left on it: out of the race
         return self.propose(session, n, layout)

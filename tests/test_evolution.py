@@ -128,12 +128,16 @@ def _check_race(records, joint, trials):
     assert set(layouts[start:]) == set(entrants)
 
 
-def test_loop_stage_races_the_best_layouts_before_keeping_one(tmp_path):
+@pytest.mark.parametrize("loop_search, trials, budget", [
+    ("metaschedule", 4, Budget(24, 56)),  # the race, (4 + 2) x 4 trials, fits in 28
+    ("evolution", 6, Budget(24, 80)),  # quotas of 6 with top_k 4, epsilon exploring
+])
+def test_loop_stage_races_the_best_layouts_before_keeping_one(tmp_path, loop_search, trials,
+                                                               budget):
     task = OpTask(C2D)
-    budget = Budget(24, 56)  # the race (4 + 2) x 4 trials fits in half the loop stage
     with RecordDB(tmp_path / "records.jsonl") as db:
-        _tune(task, db, budget, race_trials=4)
-        _check_race(db.records(task.key), budget.joint, 4)
+        _tune(task, db, budget, race_trials=trials, loop_search=loop_search)
+        _check_race(db.records(task.key), budget.joint, trials)
 
 
 def test_killed_race_resumes_from_its_records(tmp_path):
