@@ -171,7 +171,6 @@ def test_agent_stages_and_key_variables(session):
     assert loop and {c.factors for c in loop} == {layout}
 
 
-
 def test_agent_moved_to_another_task_keeps_only_its_state(session, tasks, tmp_path):
     agent = agents.create("heron_cga", seed=2, population=8, min_records=4)
     first = agent.propose(session, 8, None)
