@@ -15,9 +15,16 @@ length, cache capacity) included. Each ``propose`` runs Heron's Algorithm 2 once
 3. the population, best predicted first, goes back to the tuning loop, whose cost model
    picks the top-k to measure.
 
-Key variables are the genes with the highest gain in a small XGBoost model fitted on the
-measured records (gene values -> throughput relative to the best); with fewer than
-``min_records`` records every gene is a key variable.
+Key variables are the loop genes with the highest gain in a small XGBoost model fitted
+on the measured records (gene values -> throughput relative to the best); with fewer
+than ``min_records`` records every loop gene is a key variable.
+
+Layouts are the one departure from Heron, whose spaces have none: in the joint stage a
+child takes the layout of one of its parents whole, and new layouts come only from the
+random part of each population. A loop gene means something else under another layout
+(its tile extent changes), and every new layout needs its own loop space and model: with
+layout genes crossed like the others nearly every child was a new layout (174 layouts
+for the first 8 trials of ``alt9``'s c1d_16_s2, the space cache thrashing).
 """
 
 from __future__ import annotations
@@ -62,7 +69,8 @@ class HeronCGAAgent(Agent):
         Each crossover constraint beyond the one Heron always drops is dropped with this
         probability.
     layouts:
-        Layouts drawn for the random part of a joint-stage population.
+        Layouts drawn for the random part of a joint-stage population (the only new
+        layouts of a ``propose`` call: children inherit a parent's).
     hardware:
         Add the SIMD-length and cache-capacity constraints of the target.
     """
@@ -143,9 +151,10 @@ class HeronCGAAgent(Agent):
         return loop_constraints(self._task.space(factors), self.hardware)
 
     def key_genes(self) -> list[str] | None:
-        """The ``key_variables`` genes of highest XGBoost gain on the measured records
-        (gene values -> throughput relative to the best); ``None`` (every gene) with
-        fewer than ``min_records`` records or no informative split."""
+        """The ``key_variables`` loop genes of highest XGBoost gain on the measured
+        records (all genes, layout ones too, -> throughput relative to the best);
+        ``None`` (every loop gene) with fewer than ``min_records`` records or no
+        informative split."""
         if len(self._records) < self.min_records:
             return None
         rows = [self.genes(c) for c, _ in self._records]
@@ -162,7 +171,8 @@ class HeronCGAAgent(Agent):
                             xgb.DMatrix(features, labels, feature_names=names),
                             num_boost_round=30)
         gain = booster.get_score(importance_type="gain")
-        ranked = sorted(gain, key=lambda g: -gain[g])[:self.key_variables]
+        ranked = sorted((g for g in gain if not g.startswith(LAYOUT)),
+                        key=lambda g: -gain[g])[:self.key_variables]
         return ranked or None
 
     # ------------------------------------------------------------------ operators
@@ -202,28 +212,25 @@ class HeronCGAAgent(Agent):
 
     def _offspring(self, parents: Sequence[Candidate], key: Sequence[str] | None,
                    layout: Factors | None) -> Candidate | None:
-        """Heron's Algorithm 3 for one child: crossover constraints on the key genes of
-        two random parents, mutation drops some, the new CSP is solved at random."""
-        assert self._layout_model is not None and self._task is not None
+        """Heron's Algorithm 3 for one child: crossover constraints on the key loop
+        genes of two random parents, mutation drops some, the new CSP is solved at
+        random; in the joint stage the child takes one parent's layout."""
+        assert self._task is not None
         i, j = self.rng.choice(len(parents), size=2, replace=len(parents) < 2)
         p1, p2 = parents[int(i)], parents[int(j)]
+        if layout is None:
+            layout = (p1, p2)[int(self.rng.integers(2))].factors
+        model = self._loop_model(layout)
         g1, g2 = self.genes(p1), self.genes(p2)
-        names = sorted((set(g1) | set(g2)) if key is None else set(key) & (set(g1) | set(g2)))
-        allowed = {v: {g[v] for g in (g1, g2) if v in g} for v in names}
+        names = set(model.values) if key is None else set(key) & set(model.values)
+        allowed = {v: {g[v] for g in (g1, g2) if v in g} for v in sorted(names)}
+        allowed = {v: s for v, s in allowed.items() if s}
         if allowed:
             drops = 1 + self.rng.binomial(len(allowed) - 1, self.mutation_prob)
             for v in self.rng.choice(sorted(allowed), size=drops, replace=False):
                 del allowed[str(v)]
-        if layout is None:
-            layout_genes = self._layout_model.solve(
-                self.rng, {v: s for v, s in allowed.items() if v.startswith(LAYOUT)})
-            if layout_genes is None:
-                return None
-            layout = freeze(self._layout_model.factors(layout_genes))
-        model = self._loop_model(layout)
-        loop_allowed = {v: s for v, s in allowed.items() if v in model.values}
         forbidden = [model.genes_of(p.point) for p in (p1, p2) if p.factors == layout]
-        genes = model.solve(self.rng, loop_allowed, forbidden) or model.solve(
+        genes = model.solve(self.rng, allowed, forbidden) or model.solve(
             self.rng, None, forbidden)
         if genes is None:
             return None
