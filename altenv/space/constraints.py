@@ -245,6 +245,11 @@ class ConstraintModel:
         solver.parameters.num_workers = 1
         solver.parameters.search_branching = cp_model.FIXED_SEARCH
         solver.parameters.cp_model_presolve = False  # presolve drops the random strategy
+        # one feasible point of a small model: probing, symmetry detection and the LP
+        # relaxation cost more than they prune (about half of each solve)
+        solver.parameters.cp_model_probing_level = 0
+        solver.parameters.symmetry_level = 0
+        solver.parameters.linearization_level = 0
         solver.parameters.random_seed = int(rng.integers(1 << 30))
         solver.parameters.max_time_in_seconds = 5.0
         if solver.Solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
