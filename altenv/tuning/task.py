@@ -84,8 +84,9 @@ class OpTask:
         return freeze(self.template.default_factors())
 
     def random_factors(self, rng: np.random.Generator) -> Factors:
-        """Template factors drawn uniformly from each knob's divisors (multi-level knobs
-        divide what the outer levels left)."""
+        """Template factors of uniformly drawn layout actions (ALT Eq. 2: each knob takes
+        the divisor nearest a uniform fraction of what the outer levels left, so large
+        tiles are likelier than small ones)."""
         actions = rng.uniform(0, 1, len(self.template.knobs))
         return freeze(self.template.factors_from_actions(actions))
 
