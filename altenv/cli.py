@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -70,6 +71,24 @@ def _envs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _agent_option(text: str) -> tuple[str, dict[str, Any]]:
+    """``--agent LABEL=AGENT`` or ``LABEL=AGENT{key: value, ...}`` (YAML flow mapping)."""
+    import yaml
+
+    from .config import ConfigError
+
+    label, eq, rest = text.partition("=")
+    name, brace, options = rest.partition("{")
+    try:
+        parsed = yaml.safe_load(brace + options) if brace else {}
+    except yaml.YAMLError:
+        parsed = None
+    if not (eq and label and name.strip()) or not isinstance(parsed, dict):
+        raise ConfigError(f"--agent {text!r}: expected LABEL=AGENT or "
+                          "LABEL=AGENT{key: value, ...}, e.g. 'evo8=evolution{initial_layouts: 8}'")
+    return label.strip(), {"name": name.strip(), "options": parsed}
+
+
 def _bench(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -86,6 +105,8 @@ def _bench(args: argparse.Namespace) -> int:
                  "tuners": args.tuners.split(",") if args.tuners else None,
                  "baselines": args.baselines.split(",") if args.baselines else None,
                  "altenv.name": args.altenv_agent}
+    for label, agent in map(_agent_option, args.agent or []):
+        overrides["altenv" if label == "altenv" else f"agents.{label}"] = agent
     if args.suite is None:
         key = "workloads" if kind == "ops" else "models"
         overrides.update(name="adhoc", kind=kind, **{key: [
@@ -167,6 +188,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--baselines", help="comma-separated: tvm-default, torch")
         p.add_argument("--seeds", type=int, help="seeds per tuner")
         p.add_argument("--altenv-agent", help="the agent behind the altenv tuner")
+        p.add_argument("--agent", action="append", metavar="LABEL=AGENT{key: value, ...}",
+                       help="define a tuner LABEL: an agent with options (repeatable), "
+                            "e.g. 'evo8=evolution{initial_layouts: 8}'")
         p.add_argument("--filter", help="only entries whose name matches this regex")
         p.add_argument("--output", help="results directory (default runs/bench-<suite>)")
         p.add_argument("--retime", action="store_true",

@@ -10,7 +10,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from .measure import MeasureConfig
 
@@ -50,6 +58,27 @@ class AgentConfig(Strict):
         if value not in agents.available():
             raise ValueError(f"unknown agent {value!r}; allowed: {', '.join(agents.available())}"
                              " or 'module:Class'")
+        return value
+
+    @field_validator("options")
+    @classmethod
+    def _options(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        """Options a registered agent does not take are named here, not hours later when
+        the agent is built (``module:Class`` agents are imported only to run)."""
+        name = info.data.get("name")
+        if name is None or ":" in name:
+            return value
+        import inspect
+
+        import agents
+
+        params = inspect.signature(agents.agent_class(name)).parameters
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+            return value
+        unknown = sorted(set(value) - set(params))
+        if unknown:
+            raise ValueError(f"{name} takes no option {', '.join(map(repr, unknown))}; "
+                             f"allowed: {', '.join(params)}")
         return value
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from altenv.bench import load_suite
 from altenv.bench.report import format_table, geomean, rows_of, summary, trials_to_reach
-from altenv.cli import main
+from altenv.cli import _agent_option, main
 from altenv.config import ConfigError
 
 FAST = {"number": 1, "repeat": 2, "min_repeat_ms": 2}
@@ -21,7 +21,10 @@ def _suite_file(tmp_path, kind="ops", **fields):
     import yaml
 
     data = {"name": "t", "kind": kind, "budget": 4, "measure": FAST,
-            "tuners": ["altenv", "metaschedule", "random"], **fields}
+            "tuners": ["altenv", "metaschedule", "evo-small"],
+            "agents": {"evo-small": {"name": "evolution",
+                                     "options": {"population": 16, "children": 16}}},
+            **fields}
     if kind == "ops":
         data.setdefault("workloads", [{"name": "gmm16", "spec": "gmm:M=16,N=16,K=16"}])
     path = tmp_path / "suite.yaml"
@@ -44,6 +47,10 @@ def test_shipped_suites_validate():
     ({"workloads": [{"name": "x", "spec": "c2d:N=1"}]}, "workloads.0.spec"),
     ({"workloads": []}, "needs workloads"),
     ({"budget": 0}, "budget"),
+    ({"agents": {"altenv": {"name": "random"}}}, "label 'altenv' is already a tuner"),
+    ({"agents": {"a.b": {"name": "random"}}}, "label 'a.b': letters, digits"),
+    ({"agents": {"r": {"name": "random", "options": {"sed": 1}}}},
+     "agents.r.options: random takes no option 'sed'; allowed: seed"),
 ])
 def test_bad_suite_names_the_field(tmp_path, fields, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
@@ -60,6 +67,33 @@ def test_unknown_suite_and_empty_filter_list_what_exists(tmp_path):
 def test_cli_wants_a_suite_or_workloads(capsys):
     assert main(["bench", "ops", "--budget", "4"]) == 2
     assert "give either --suite NAME or --workload SPEC" in capsys.readouterr().err
+
+
+def test_labelled_agents_are_tuners_with_their_options(tmp_path):
+    from altenv.bench.ops import _agent, cell_dir
+
+    suite = load_suite(str(_suite_file(tmp_path)), **{
+        "tuners": ["altenv", "metaschedule", "evo-small", "evo8", "random"],
+        "agents.evo8": _agent_option("evo8=evolution{initial_layouts: 8, epsilon: 0.5}")[1]})
+    evo8 = _agent(suite, "evo8", seed=3)
+    assert (type(evo8).__name__, evo8.initial_layouts, evo8.epsilon) == ("EvolutionAgent", 8, 0.5)
+    assert _agent(suite, "altenv", seed=3).initial_layouts == 4  # the default evolution
+    assert suite.agent("random").name == "random" and suite.agent("metaschedule") is None
+    assert cell_dir(tmp_path, suite.workloads[0], "evo8", 3).name == "evo8-seed3"
+
+
+def test_cli_agent_option_is_parsed_and_validated(tmp_path, capsys):
+    assert _agent_option("r7=random") == ("r7", {"name": "random", "options": {}})
+    assert _agent_option("m=pkg.mod:Cls{a: [1, 2]}") == (
+        "m", {"name": "pkg.mod:Cls", "options": {"a": [1, 2]}})
+    for bad in ("evolution", "x=evolution{a: ", "x=evolution{- 1}", "=random"):
+        with pytest.raises(ConfigError, match="expected LABEL=AGENT"):
+            _agent_option(bad)
+    suite = str(_suite_file(tmp_path))
+    assert main(["bench", "ops", "--suite", suite, "--tuners", "altenv,evo8",
+                 "--agent", "evo8=evolution{initial_layout: 8}"]) == 2
+    err = capsys.readouterr().err
+    assert "agents.evo8.options: evolution takes no option 'initial_layout'" in err
 
 
 def _timing(name, tuners):
@@ -105,19 +139,19 @@ def test_ops_bench_end_to_end_and_resume(tmp_path, capsys):
     assert "geomean x vs metaschedule" in printed and "gmm16" in printed
     with (out / "results.csv").open() as f:
         rows = list(csv.DictReader(f))
-    assert {r["tuner"] for r in rows} == {"altenv", "metaschedule", "random"}
+    assert {r["tuner"] for r in rows} == {"altenv", "metaschedule", "evo-small"}
     for r in rows:
         assert int(r["trials"]) == 4 and float(r["median_ms"]) > 0
         assert float(r["speedup_vs_torch"]) > 0 and float(r["speedup_vs_tvm-default"]) > 0
     assert (out / "speedup.png").stat().st_size > 0
     assert (out / "convergence.png").stat().st_size > 0
     timing = json.loads((out / "gmm16" / "timing.json").read_text())
-    assert set(timing["programs"]) == {"altenv#0", "metaschedule#0", "random#0",
+    assert set(timing["programs"]) == {"altenv#0", "metaschedule#0", "evo-small#0",
                                        "tvm-default", "torch"}
     assert len(timing["cells"]["metaschedule#0"]["history"]) == 4
 
-    # a run killed inside the random cell: its records stay, nothing is measured twice
-    cell = out / "gmm16" / "random-seed0"
+    # a run killed inside the evo-small cell: its records stay, nothing is measured twice
+    cell = out / "gmm16" / "evo-small-seed0"
     kept = _records(cell)[:2]
     (cell / "records.jsonl").write_text("\n".join(kept) + "\n")
     (cell / "cell.json").unlink()

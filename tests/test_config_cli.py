@@ -32,6 +32,8 @@ def write(tmp_path: Path, text: str) -> Path:
     ("name: x\nworkload: gmm:M=8,N=8,K=8\nagent: ppo2\n",
      "agent.name: unknown agent 'ppo2'; allowed: evolution, heron_cga, mind_mappings, ppo, "
      "random"),
+    ("name: x\nworkload: gmm:M=8,N=8,K=8\nagent: {name: random, options: {steps: 3}}\n",
+     "agent.options: random takes no option 'steps'; allowed: seed"),
     ("name: x\nworkload: gmm:M=8,N=8,K=8\nbugdet: 3\n",
      "bugdet: Extra inputs are not permitted"),
     ("name: x\nworkload: gmm:M=8,N=8\n", "workload: workload 'gmm:M=8,N=8': missing K"),

@@ -27,7 +27,7 @@ from .suite import BenchSuite, NetEntry
 
 def _run_config(suite: BenchSuite, entry: NetEntry, tuner: str, seed: int, path: Path,
                 budget: int, measure: MeasureConfig) -> RunConfig:
-    agent = suite.altenv.model_dump() if tuner == "altenv" else {"name": tuner}
+    agent = suite.agent(tuner).model_dump()
     joint = round(budget * 0.3)
     return RunConfig(name=path.name, model=entry.model, model_options=entry.options,
                      target=suite.target, agent=agent, seed=seed, measure=measure,

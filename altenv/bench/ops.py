@@ -37,13 +37,13 @@ def cell_dir(output: Path, entry: OpEntry, tuner: str, seed: int) -> Path:
 
 
 def _agent(suite: BenchSuite, tuner: str, seed: int) -> Any:
-    """The agent of a tuner: the suite's ``altenv`` agent, or a registered/``module:Class``
-    agent with default options; ``seed`` is passed where the agent takes one."""
+    """The agent of a tuner (:meth:`BenchSuite.agent`) with its options; ``seed`` is passed
+    where the agent takes one."""
     import agents
 
-    name, options = ((suite.altenv.name, dict(suite.altenv.options)) if tuner == ALTENV
-                     else (tuner, {}))
-    cls = agents.agent_class(name)
+    spec = suite.agent(tuner)
+    options = dict(spec.options)
+    cls = agents.agent_class(spec.name)
     if "seed" in inspect.signature(cls).parameters:
         options.setdefault("seed", seed)
     return cls(**options)

@@ -2,7 +2,10 @@
 
 An operator suite lists workloads (a spec and an epilogue); a network suite lists models
 (a zoo name, ONNX file or ``file.py:factory`` with loader options). Both name their
-default budget, tuners and baselines, which the command line may override.
+default budget, tuners and baselines, which the command line may override. A tuner is
+``metaschedule``, ``altenv`` (the agent in ``altenv:``), an agent by registered name or
+``module:Class`` with default options, or a label from ``agents:`` (an agent with options),
+so that variants of one agent are tuned and re-timed side by side.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..config import ConfigError, load_config
+from ..config import AgentConfig, ConfigError, load_config
 from ..measure import MeasureConfig
 from ..ops import parse_workload
 
@@ -28,13 +31,6 @@ BUILTIN_TUNERS = ("altenv", "metaschedule")
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-class AgentSpec(_Strict):
-    """The agent behind the ``altenv`` tuner (a registered name or ``module:Class``)."""
-
-    name: str = "evolution"
-    options: dict[str, Any] = Field(default_factory=dict)
 
 
 class OpEntry(_Strict):
@@ -70,25 +66,37 @@ class BenchSuite(_Strict):
     seeds: int = Field(1, ge=1)
     tuners: list[str] = Field(default_factory=lambda: ["altenv", "metaschedule"])
     baselines: list[str] = Field(default_factory=lambda: list(OP_BASELINES))
-    altenv: AgentSpec = Field(default_factory=AgentSpec)
+    altenv: AgentConfig = Field(default_factory=lambda: AgentConfig(name="evolution"))
+    agents: dict[str, AgentConfig] = Field(default_factory=dict)
     target: str | dict[str, Any] = "cpu"
     measure: MeasureConfig = Field(default_factory=MeasureConfig)
     workloads: list[OpEntry] = Field(default_factory=list)
     models: list[NetEntry] = Field(default_factory=list)
 
-    @field_validator("tuners")
+    @field_validator("agents")
     @classmethod
-    def _tuners(cls, value: list[str]) -> list[str]:
+    def _labels(cls, value: dict[str, AgentConfig]) -> dict[str, AgentConfig]:
         import agents
 
-        allowed = sorted(set(BUILTIN_TUNERS) | set(agents.available()))
-        for name in value:
-            if name not in allowed and ":" not in name:
-                raise ValueError(f"unknown tuner {name!r}; allowed: {', '.join(allowed)} "
-                                 "or 'module:Class'")
-        if len(set(value)) != len(value):
-            raise ValueError(f"tuners repeat a name: {value}")
+        for label in value:
+            if not re.fullmatch(r"[A-Za-z0-9_-]+", label):
+                raise ValueError(f"label {label!r}: letters, digits, '_' and '-' only")
+            if label in BUILTIN_TUNERS or label in agents.available():
+                raise ValueError(f"label {label!r} is already a tuner; choose another name")
         return value
+
+    @model_validator(mode="after")
+    def _tuners(self) -> BenchSuite:
+        import agents
+
+        allowed = sorted({*BUILTIN_TUNERS, *agents.available(), *self.agents})
+        for name in self.tuners:
+            if name not in allowed and ":" not in name:
+                raise ValueError(f"tuners: unknown tuner {name!r}; allowed: "
+                                 f"{', '.join(allowed)} or 'module:Class'")
+        if len(set(self.tuners)) != len(self.tuners):
+            raise ValueError(f"tuners repeat a name: {self.tuners}")
+        return self
 
     @model_validator(mode="after")
     def _entries(self) -> BenchSuite:
@@ -105,6 +113,14 @@ class BenchSuite(_Strict):
         if len(set(names)) != len(names):
             raise ValueError(f"entry names repeat: {names}")
         return self
+
+    def agent(self, tuner: str) -> AgentConfig | None:
+        """The agent behind a tuner (``None`` for ``metaschedule``)."""
+        if tuner == "metaschedule":
+            return None
+        if tuner == "altenv":
+            return self.altenv
+        return self.agents.get(tuner) or AgentConfig(name=tuner)
 
     def select(self, pattern: str | None) -> list[OpEntry] | list[NetEntry]:
         """The entries whose name matches the regular expression ``pattern`` (all for
