@@ -13,9 +13,10 @@ strategy in place of random batches:
   MetaSchedule's epsilon-greedy).
 - Each batch evolves loops of one layout. The joint stage first gives one batch to each
   of a few initial layouts (the default and vector-friendly draws from the template,
-  ``altenv.space.constraints.LayoutConstraints``), then alternates between the two best
-  measured layouts, now and then trying a neighbour of the best (one knob moved). The
-  cost model is shared by all layouts (normalized per workload).
+  ``altenv.space.constraints.LayoutConstraints``: its solver's solutions, or ALT's random
+  layout actions that it allows), then alternates between the two best measured layouts,
+  now and then trying a neighbour of the best (one knob moved). The cost model is shared
+  by all layouts (normalized per workload).
 - The loop-only stage first races the best ``race_layouts`` layouts of the joint stage
   (successive halving: each round gives every entrant ``race_trials`` more trials and
   keeps the faster half), because a layout's first few trials say more about the luck of
@@ -64,8 +65,14 @@ class EvolutionAgent(Agent):
     epsilon:
         Share of each measured batch drawn at random from the fresh samples.
     initial_layouts:
-        Layouts each measured once at the start of the joint stage (the default layout
-        and vector-friendly draws from the template).
+        Layouts each given one batch at the start of the joint stage (the default layout
+        and vector-friendly draws from the template); ``None``: one per joint-stage batch,
+        so the joint stage only explores (4 when the agent runs without a budget).
+    layout_draws:
+        How the initial layouts are drawn: ``"solver"`` (RandSAT solutions of the layout
+        model) or ``"actions"`` (ALT's random layout actions, Eq. 2, kept when the layout
+        model allows them, so large tiles are likelier than small ones; the solver fills
+        up when ``DRAW_TRIES`` draws per layout find too few).
     explore_layout:
         Probability that a later joint-stage batch tries a neighbour of the best layout.
     loop_search:
@@ -82,15 +89,24 @@ class EvolutionAgent(Agent):
     """
 
     LOOP_SEARCHES = ("metaschedule", "evolution")
+    LAYOUT_DRAWS = ("solver", "actions")
+    DRAW_TRIES = 50
+    """Layout actions drawn per wanted layout before the solver fills up."""
 
     def __init__(self, seed: int = 0, population: int = 64, generations: int = 3,
                  children: int = 96, samples: int = 48, elites: int = 16,
-                 epsilon: float = 0.125, initial_layouts: int = 4,
-                 explore_layout: float = 0.25, loop_search: str = "metaschedule",
-                 ms_population: int = 512, ms_batch: int = 32, race_layouts: int = 4,
-                 race_trials: int = 8):
+                 epsilon: float = 0.125, initial_layouts: int | None = 4,
+                 layout_draws: str = "solver", explore_layout: float = 0.25,
+                 loop_search: str = "metaschedule", ms_population: int = 512,
+                 ms_batch: int = 32, race_layouts: int = 4, race_trials: int = 8):
         if not 0 <= epsilon <= 1:
             raise ValueError(f"evolution: epsilon must be in [0, 1], got {epsilon}")
+        if initial_layouts is not None and initial_layouts < 1:
+            raise ValueError(f"evolution: initial_layouts must be >= 1 or None, "
+                             f"got {initial_layouts}")
+        if layout_draws not in self.LAYOUT_DRAWS:
+            raise ValueError(f"evolution: layout_draws must be one of "
+                             f"{', '.join(self.LAYOUT_DRAWS)}, got {layout_draws!r}")
         if race_layouts < 0 or race_trials < 1:
             raise ValueError(f"evolution: race_layouts must be >= 0 and race_trials >= 1, "
                              f"got {race_layouts} and {race_trials}")
@@ -103,15 +119,26 @@ class EvolutionAgent(Agent):
         self.population, self.generations, self.children = population, generations, children
         self.samples, self.elites, self.epsilon = samples, elites, epsilon
         self.initial_layouts, self.explore_layout = initial_layouts, explore_layout
+        self.layout_draws = layout_draws
         self.race_layouts, self.race_trials = race_layouts, race_trials
         self._task: str | None = None
         self._budget: Budget | None = None
+        self._top_k = 0
 
     def run(self, session: TuningSession, budget: Budget, batch: int, top_k: int,
             report: Callable[[TuningSession], None]) -> None:
-        """The default loop; the budget's split sizes the layout race."""
-        self._budget = budget
+        """The default loop; the budget's split sizes the layout race (and, with
+        ``initial_layouts=None``, the initial layouts)."""
+        self._budget, self._top_k = budget, top_k
         super().run(session, budget, batch, top_k, report)
+
+    def _initial_count(self) -> int:
+        """How many initial layouts the joint stage measures."""
+        if self.initial_layouts is not None:
+            return self.initial_layouts
+        if self._budget is None or self._top_k < 1:
+            return 4
+        return max(1, math.ceil(self._budget.joint / self._top_k))
 
     def setup(self, session: TuningSession) -> None:
         """Start a new search state when the agent moves to another task (a model run
@@ -147,6 +174,22 @@ class EvolutionAgent(Agent):
                                                   Hardware.of(session.task.target))
         return self._constraints
 
+    def _draw_layouts(self, session: TuningSession, n: int) -> list[Factors]:
+        """The default layout and up to ``n - 1`` distinct vector-friendly draws (see
+        ``layout_draws``)."""
+        model = self._layout_model(session)
+        layouts = dict.fromkeys([session.task.default_factors()])
+        if self.layout_draws == "actions":
+            for _ in range(self.DRAW_TRIES * n):
+                if len(layouts) >= n:
+                    break
+                factors = session.task.random_factors(self.rng)
+                if model.holds(model.genes_of(dict(factors))):
+                    layouts.setdefault(factors)
+        for genes in model.sample(max(0, n - len(layouts)), self.rng):
+            layouts.setdefault(freeze(model.factors(genes)))
+        return list(layouts)[:n]
+
     def _layout(self, session: TuningSession, joint: bool) -> Factors:
         """The layout of the next batch. Loop-only stage: the best. Joint stage: first
         each initial layout (the default and vector-friendly draws) once; then the two
@@ -156,10 +199,7 @@ class EvolutionAgent(Agent):
         if not joint and best is not None:
             return best.factors
         if not self._initial:
-            model = self._layout_model(session)
-            drawn = [freeze(model.factors(g)) for g in
-                     model.sample(self.initial_layouts - 1, self.rng)]
-            self._initial = list(dict.fromkeys([session.task.default_factors(), *drawn]))
+            self._initial = self._draw_layouts(session, self._initial_count())
         per_layout: dict[Factors, float] = {}
         for cand, latency in session.measured_items():
             per_layout[cand.factors] = min(per_layout.get(cand.factors, math.inf), latency)

@@ -49,6 +49,29 @@ def test_budget_stages_and_layout_schedule(tmp_path):
         assert all(r.layouts["factors"] == best_joint for r in records[16:])
 
 
+def test_one_initial_layout_per_joint_batch_drawn_as_layout_actions(tmp_path):
+    task = OpTask(C2D)
+    with RecordDB(tmp_path / "records.jsonl") as db:
+        _, agent = _tune(task, db, Budget(24, 8), initial_layouts=None, layout_draws="actions")
+        layouts = [freeze(r.layouts["factors"]) for r in db.records(task.key)]
+        # each of the joint stage's 6 batches (top_k 4) gets a layout of its own: the
+        # default, then ALT Eq. 2 draws that the layout model allows
+        assert len(agent._initial) == 6 and agent._initial[0] == task.default_factors()
+        assert [layouts[4 * b:4 * b + 4] for b in range(6)] == [[f] * 4 for f in agent._initial]
+        model = LayoutConstraints(task.template, Hardware.of(task.target))
+        assert all(model.holds(model.genes_of(dict(f))) for f in agent._initial[1:])
+
+
+def test_fewer_initial_layouts_then_the_best_two_in_turn(tmp_path):
+    task = OpTask(C2D)
+    with RecordDB(tmp_path / "records.jsonl") as db:
+        _, agent = _tune(task, db, Budget(24, 0), initial_layouts=2, explore_layout=0.0)
+        layouts = [freeze(r.layouts["factors"]) for r in db.records(task.key)]
+        assert len(agent._initial) == 2
+        assert layouts[:8] == [agent._initial[0]] * 4 + [agent._initial[1]] * 4
+        assert set(layouts) == set(agent._initial)  # no neighbours without explore_layout
+
+
 def test_evolved_batches_are_valid_and_ranked(tmp_path):
     task = OpTask(C2D)
     with RecordDB(tmp_path / "records.jsonl") as db:
@@ -176,6 +199,15 @@ def test_bad_race_options():
 def test_bad_epsilon():
     with pytest.raises(ValueError, match="epsilon must be in"):
         agents.create("evolution", epsilon=1.5)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"initial_layouts": 0}, "initial_layouts must be >= 1 or None, got 0"),
+    ({"layout_draws": "eq2"}, "layout_draws must be one of solver, actions, got 'eq2'"),
+])
+def test_bad_layout_options(options, message):
+    with pytest.raises(ValueError, match=message):
+        agents.create("evolution", **options)
 
 
 @pytest.mark.slow
