@@ -27,7 +27,6 @@ from ..measure import MeasureConfig
 from ..target import make_target
 from .suite import BenchSuite, OpEntry
 
-ALTENV = "altenv"
 METASCHEDULE = "metaschedule"
 
 
