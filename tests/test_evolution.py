@@ -60,6 +60,10 @@ def test_one_initial_layout_per_joint_batch_drawn_as_layout_actions(tmp_path):
         assert [layouts[4 * b:4 * b + 4] for b in range(6)] == [[f] * 4 for f in agent._initial]
         model = LayoutConstraints(task.template, Hardware.of(task.target))
         assert all(model.holds(model.genes_of(dict(f))) for f in agent._initial[1:])
+        # they are layout actions of the agent's seed (RandSAT solutions would not be)
+        rng = np.random.default_rng(0)
+        actions = {task.random_factors(rng) for _ in range(300)}
+        assert set(agent._initial[1:]) <= actions
 
 
 def test_fewer_initial_layouts_then_the_best_two_in_turn(tmp_path):
