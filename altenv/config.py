@@ -83,12 +83,21 @@ class AgentConfig(Strict):
 
 
 class SearchConfig(Strict):
-    """How each batch is explored (ALT §7: batch 128, top-8 measured)."""
+    """How each batch is explored (ALT §7: batch 128, top-8 measured), and how the best is
+    picked at the end: the ``finalists`` fastest re-timed side by side, ``finalist_rounds``
+    interleaved runs each (``finalists: 0`` keeps the fastest at tuning time)."""
 
     batch: int = Field(128, ge=1)
     top_k: int = Field(8, ge=1)
     levels: int = Field(1, ge=1, le=3)
     check: bool = True
+    finalists: int = Field(4, ge=0)
+    finalist_rounds: int = Field(3, ge=1)
+
+    def loop_options(self) -> dict[str, int]:
+        """The keyword arguments of :func:`altenv.tuning.tune` these settings give."""
+        return {"batch": self.batch, "top_k": self.top_k, "finalists": self.finalists,
+                "finalist_rounds": self.finalist_rounds}
 
 
 class _Run(Strict):

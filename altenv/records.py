@@ -3,9 +3,11 @@
 One line per measured candidate, written with flush + fsync, so a run killed at any
 point (even SIGKILL) keeps every completed record; a torn last line is dropped on reopen.
 Each record carries a candidate key (hash of workload, target, layouts and schedule) so
-a resumed run never measures the same candidate twice. Records import from and export to
-MetaSchedule's ``JSONDatabase``. TVM is imported only by those two functions, so the
-database itself loads in milliseconds (resume scripts, report tools).
+a resumed run never measures the same candidate twice. A line ``{"final": ...}`` holds a
+workload's finalists re-timed side by side at the end of its tuning (:class:`Final`); the
+fastest of them is the workload's best while no later record follows. Records import
+from and export to MetaSchedule's ``JSONDatabase``. TVM is imported only by those two
+functions, so the database itself loads in milliseconds (resume scripts, report tools).
 """
 
 from __future__ import annotations
@@ -138,6 +140,38 @@ class Record(Timed):
         return cls(trace=schedule["trace"], decisions=schedule["decisions"], **data)
 
 
+@dataclass
+class Final:
+    """The finalists of a workload, re-timed side by side once its tuning ended.
+
+    Parameters
+    ----------
+    workload : str
+        Workload key.
+    keys : list[str]
+        Candidate keys of the finalists (fastest at tuning time first).
+    latencies : list[float]
+        Re-timed median seconds of each finalist (``inf`` where it failed).
+    trials : int
+        Records of the workload when the finalists were re-timed; a later record makes the
+        re-timing stale.
+    timestamp : float
+        Unix time of the re-timing.
+    """
+
+    workload: str
+    keys: list[str]
+    latencies: list[float]
+    trials: int
+    timestamp: float = field(default_factory=time.time)
+
+    @property
+    def winner(self) -> tuple[str, float]:
+        """Key and re-timed latency of the fastest finalist."""
+        i = min(range(len(self.keys)), key=lambda j: self.latencies[j])
+        return self.keys[i], self.latencies[i]
+
+
 class RecordDB:
     """Append-only JSON-lines database of measurements, indexed in memory.
 
@@ -152,6 +186,7 @@ class RecordDB:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._records: list[Record] = []
         self._by_key: dict[str, Record] = {}
+        self._finals: dict[str, Final] = {}
         self._load()
         self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
 
@@ -165,7 +200,12 @@ class RecordDB:
             last = number == len(lines) - 1
             if line.strip():
                 try:
-                    self._index(Record.from_json(json.loads(line)))
+                    data = json.loads(line)
+                    if "final" in data:
+                        final = Final(**data["final"])
+                        self._finals[final.workload] = final
+                    else:
+                        self._index(Record.from_json(data))
                 except (ValueError, KeyError, TypeError) as err:
                     if last:  # torn write of a killed process: drop it
                         break
@@ -183,13 +223,35 @@ class RecordDB:
         self._records.append(record)
         self._by_key[record.key] = record
 
-    def add(self, record: Record) -> Record:
-        """Append ``record`` durably (flush + fsync) and index it."""
-        self._file.write(json.dumps(record.to_json(), separators=(",", ":")) + "\n")
+    def _append(self, data: Mapping[str, Any]) -> None:
+        self._file.write(json.dumps(data, separators=(",", ":")) + "\n")
         self._file.flush()
         os.fsync(self._file.fileno())
+
+    def add(self, record: Record) -> Record:
+        """Append ``record`` durably (flush + fsync) and index it."""
+        self._append(record.to_json())
         self._index(record)
         return record
+
+    def add_final(self, final: Final) -> Final:
+        """Append a workload's re-timed finalists durably; it replaces an earlier one."""
+        unknown = [k for k in final.keys if k not in self._by_key]
+        if unknown or len(final.keys) != len(final.latencies) or not final.keys:
+            raise ValueError(f"finalists of {final.workload}: keys without records or "
+                             f"without a latency each ({unknown or final.keys})")
+        self._append({"final": asdict(final)})
+        self._finals[final.workload] = final
+        return final
+
+    def final(self, workload: str) -> Final | None:
+        """The workload's re-timed finalists, ``None`` if there are none, or if records of
+        the workload came after them, or if none of them ran."""
+        final = self._finals.get(workload)
+        if final is None or final.trials != self.count(workload) \
+                or not math.isfinite(final.winner[1]):
+            return None
+        return final
 
     def add_result(
         self,
@@ -236,7 +298,12 @@ class RecordDB:
         return list(dict.fromkeys(r.workload for r in self._records))
 
     def best(self, workload: str) -> Record | None:
-        """Successful record of minimal median latency, ``None`` if there is none."""
+        """The winner of the workload's re-timed finalists (:meth:`final`) if they are
+        current, else the successful record of minimal median latency; ``None`` if there
+        is none."""
+        final = self.final(workload)
+        if final is not None:
+            return self._by_key[final.winner[0]]
         ok = [r for r in self._records if r.workload == workload and r.ok]
         return min(ok, key=lambda r: r.median) if ok else None
 

@@ -61,8 +61,8 @@ def _open_run(cfg: RunConfig | TrainConfig) -> int:
                                   " pick another name or output_dir")
     cfg.run_dir.mkdir(parents=True, exist_ok=True)
     saved.write_text(yaml.safe_dump(mine, sort_keys=False))
-    records = cfg.run_dir / "records.jsonl"
-    previous = sum(1 for _ in records.open()) if records.exists() else 0
+    with RecordDB(cfg.run_dir / "records.jsonl") as db:
+        previous = len(db)
     print(f"{'resuming' if previous else 'new'} run {cfg.run_dir}"
           + (f" ({previous} records)" if previous else ""))
     return previous
@@ -127,7 +127,7 @@ def tune_workload(cfg: RunConfig, progress: bool = True) -> RunResult:
         session = TuningSession(task, measurer, db, CostModel(seed=cfg.seed),
                                 check=cfg.search.check)
         agent = _make_agent(cfg, tensorboard_log=str(cfg.run_dir / "tb"))
-        tune(session, agent, budget, batch=cfg.search.batch, top_k=cfg.search.top_k,
+        tune(session, agent, budget, **cfg.search.loop_options(),
              progress=progress, callbacks=[log])
         log.close()
         _save_agent(agent, cfg)
@@ -223,7 +223,7 @@ def tune_model(cfg: RunConfig, progress: bool = True) -> RunResult:
             task = OpTask(lowering.spec, cfg.target, lowering.epilogue, cfg.search.levels)
             session = TuningSession(task, measurer, db, cost_model, check=cfg.search.check)
             budget = Budget.split(budgets[name], joint_fraction)
-            tune(session, agent, budget, batch=cfg.search.batch, top_k=cfg.search.top_k,
+            tune(session, agent, budget, **cfg.search.loop_options(),
                  progress=progress, callbacks=[log])
             _save_agent(agent, cfg)
             trials += session.trials
@@ -316,7 +316,7 @@ def train_workloads(cfg: TrainConfig, progress: bool = True) -> Path:
             session = TuningSession(task, measurer, db, cost_model, check=cfg.search.check)
             if session.trials >= budget.total:
                 continue
-            best = tune(session, agent, budget, batch=cfg.search.batch, top_k=cfg.search.top_k,
+            best = tune(session, agent, budget, **cfg.search.loop_options(),
                         progress=progress)
             agent.save(checkpoint)
             print(f"{task.key}: best {best * 1e3:.4g} ms after {session.trials} trials")

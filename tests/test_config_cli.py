@@ -93,8 +93,10 @@ def test_tune_killed_and_resumed(tmp_path):
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr
     assert f"resuming run {tmp_path / 'k'} ({len(before)} records)" in out.stdout
-    after = [json.loads(line)["key"] for line in records.open()]
+    lines = [json.loads(line) for line in records.open()]
+    after = [line["key"] for line in lines if "final" not in line]
     assert len(after) == 24 and len(set(after)) == 24 and after[:len(before)] == before
+    assert "final" in lines[-1] and lines[-1]["final"]["trials"] == 24  # finalists re-timed
     summary = json.loads((tmp_path / "k" / "summary.json").read_text())
     assert summary["trials"] == 24 and summary["max_rel_err_vs_torch"] < 1e-3
     assert (tmp_path / "k" / "best.json").exists() and (tmp_path / "k" / "tb").is_dir()

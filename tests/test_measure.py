@@ -146,6 +146,18 @@ def test_failures_are_recorded_and_the_rest_measured(measurer: LocalMeasurer) ->
     assert "PersistentBuilder" in results[4].error and results[4].run_seconds == 0.0
 
 
+def test_retime_builds_once_and_runs_every_round(measurer: LocalMeasurer) -> None:
+    batch = [MeasureCandidate(tiled_matmul(f)) for f in (4, 16)] + \
+        [MeasureCandidate(unbuildable())]
+    first, second, broken = measurer.retime(batch, rounds=3)
+    for rounds in (first, second):
+        assert len(rounds) == 3 and all(r.ok and 0 < r.median < 1 for r in rounds)
+        assert rounds[0].build_seconds > 0 and rounds[1].build_seconds == 0.0
+        assert len({r.median for r in rounds}) > 1  # timed again, not copied
+    assert len(broken) == 3 and not any(r.ok for r in broken)
+    assert "PersistentBuilder" in broken[0].error
+
+
 def test_correctness_check_rejects_a_wrong_candidate(measurer: LocalMeasurer) -> None:
     right = CorrectnessCheck(lambda a, b: a @ b)
     wrong = CorrectnessCheck(lambda a, b: a @ b.T)

@@ -4,13 +4,12 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pytest
-import tvm_ffi
 from scipy.stats import spearmanr
+from synthetic import SyntheticMeasurer
 
 import agents
 from agents.mind_mappings import MindMappingsAgent, gradient_search
@@ -29,7 +28,7 @@ from agents.mm_surrogate import (
 )
 from altenv.cli import main
 from altenv.config import RunConfig, TrainConfig, load_config
-from altenv.measure import MeasureCandidate, MeasureConfig, MeasureResult, create
+from altenv.measure import MeasureConfig, create
 from altenv.records import RecordDB
 from altenv.space import TileSubspace
 from altenv.tuning import Budget, OpTask, TuningSession, tune
@@ -142,14 +141,6 @@ def test_checkpoints_give_identical_predictions(gmm_data, tmp_path):
     torch.save({**state, "format": FORMAT + "-old"}, tmp_path / "old.pt")
     with pytest.raises(ValueError, match="surrogate encoding"):
         Surrogate.load(tmp_path / "old.pt")
-
-
-class SyntheticMeasurer:
-    """A made-up latency per distinct program (no build, no run)."""
-
-    def measure(self, candidates: Sequence[MeasureCandidate]) -> list[MeasureResult]:
-        return [MeasureResult([1e-5 * (1 + tvm_ffi.structural_hash(c.mod) % 97)])
-                for c in candidates]
 
 
 def test_agent_in_the_tuning_loop(tmp_path):

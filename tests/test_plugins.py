@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-import tvm_ffi
+from synthetic import SyntheticMeasurer
 
 import agents
 from altenv.cli import main
-from altenv.measure import MeasureCandidate, MeasureResult
 from altenv.records import RecordDB
 from altenv.tuning import Budget, OpTask, TuningSession, tune
 from envs.describe import describe
@@ -28,14 +26,6 @@ def examples_path(monkeypatch: pytest.MonkeyPatch) -> Path:
     """``examples/`` on ``sys.path``, as ``PYTHONPATH=examples`` gives a user."""
     monkeypatch.syspath_prepend(str(EXAMPLES))
     return EXAMPLES
-
-
-class SyntheticMeasurer:
-    """Stands in for a device: a made-up latency per distinct program (no build, no run)."""
-
-    def measure(self, candidates: Sequence[MeasureCandidate]) -> list[MeasureResult]:
-        return [MeasureResult([1e-5 * (1 + tvm_ffi.structural_hash(c.mod) % 97)])
-                for c in candidates]
 
 
 def test_describe_lists_ids_and_spaces():

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from altenv.records import Record, RecordDB, candidate_key, plain_json
+from altenv.records import Final, Record, RecordDB, candidate_key, plain_json
 
 TARGET = '{"kind":"llvm","num-cores":2}'
 
@@ -47,6 +47,30 @@ def test_append_query_and_reopen(tmp_path: Path) -> None:
     assert set(line) >= {"workload", "target", "layouts", "schedule", "latencies", "error",
                          "timestamp", "key"}
     assert line["schedule"] == {"trace": None, "decisions": [[0, 4], 0]}
+
+
+def test_finalists_pick_the_best_until_a_later_record(tmp_path: Path) -> None:
+    """Re-timed finalists override the tuning-time best, survive a reopen, and go stale
+    once the workload gets another record."""
+    path = tmp_path / "records.jsonl"
+    with RecordDB(path) as db:
+        fast, slow = (db.add(make_record("mm", i, [lat])) for i, lat in ((0, 1e-3), (1, 2e-3)))
+        db.add(make_record("mm", 2, [], error="LocalRunner: Timeout"))
+        db.add(make_record("c2d", 0, [5e-3]))
+        assert db.best("mm") is fast and db.final("mm") is None
+        with pytest.raises(ValueError, match="keys without records"):
+            db.add_final(Final("mm", [fast.key, "nope"], [1e-3, 1e-3], trials=3))
+        failed = db.add_final(Final("mm", [fast.key, slow.key], [float("inf")] * 2, trials=3))
+        assert db.final("mm") is None and db.best("mm") is fast  # none of them ran
+        final = db.add_final(Final("mm", [fast.key, slow.key], [1.6e-3, 1.4e-3], trials=3))
+        assert final is not failed and db.final("mm") is final
+        assert final.winner == (slow.key, 1.4e-3) and db.best("mm") is slow
+        assert db.best("c2d").median == 5e-3 and db.final("c2d") is None
+    with RecordDB(path) as db:
+        assert db.final("mm") == final and db.best("mm").key == slow.key
+        assert len(db) == 4 and db.count("mm") == 3  # finals are not records
+        db.add(make_record("mm", 3, [1.2e-3]))
+        assert db.final("mm") is None and db.best("mm").median == 1e-3
 
 
 def test_candidate_key_is_stable_and_discriminating() -> None:

@@ -36,6 +36,13 @@ def test_random_tuning_resumes_without_remeasuring(measurer, tmp_path):
     # the joint stage tried several layouts, the loop-only stage kept the best one
     assert len({str(r.layouts["factors"]) for r in db.records()[:4]}) >= 1
 
+    # the four fastest were re-timed side by side; the fastest of that re-timing is the best
+    final = db.final(task.key)
+    by_latency = sorted((r for r in db.records() if r.ok), key=lambda r: r.median)
+    assert final is not None and final.trials == 12
+    assert final.keys == [r.key for r in by_latency[:4]]
+    assert db.best(task.key).key == final.winner[0] and best == final.winner[1]
+
     # the best schedule computes the right numbers (checked again outside the runner)
     cand, latency = session.best
     program = task.program(cand.factors)
@@ -55,6 +62,10 @@ def test_random_tuning_resumes_without_remeasuring(measurer, tmp_path):
          progress=False)
     keys2 = [r.key for r in db2.records()]
     assert len(keys2) == 20 and len(set(keys2)) == 20 and keys2[:12] == keys
+    assert db2.final(task.key).trials == 20  # the new records made the old finalists stale
+    finals = (tmp_path / "records.jsonl").read_text().count('"final"')
+    tune(resumed, agents.create("random", seed=1), Budget.split(20), progress=False)
+    assert (tmp_path / "records.jsonl").read_text().count('"final"') == finals == 2
 
 
 def test_agent_registry_errors():

@@ -35,11 +35,13 @@ from .isolated import IsolatedRun
 TargetSpec = str | dict[str, Any] | tvm.target.Target | None
 
 
-def _tvm_baseline(name: str, program: OpProgram, executable: Any,
+def _tvm_baseline(name: str, program: OpProgram, executable: Any, target: tvm.target.Target,
                   raw: Mapping[str, np.ndarray] | None, seed: int, notes: str,
                   tuning: TuningSummary | None = None) -> Baseline:
     """Bind a compiled PrimFunc to the program's physical arguments (output pre-filled with
-    random values, so a kernel that skips writes fails the check)."""
+    random values, so a kernel that skips writes fails the check); TVM's thread pool gets
+    the target's cores."""
+    use_tvm_threads(target_cores(target))
     raw = raw if raw is not None else program.random_inputs(seed)
     args = program.physical_args(raw)
     args[-1] = random_array(np.random.default_rng(seed + 7), args[-1].shape, str(args[-1].dtype))
@@ -61,7 +63,8 @@ def compiled_baseline(name: str, program: OpProgram, mod: tvm.IRModule | tvm.tir
                       *, target: TargetSpec = None, seed: int = 0,
                       raw: Mapping[str, np.ndarray] | None = None, notes: str = "") -> Baseline:
     """Any scheduled version of ``program`` (e.g. altenv's best) as a :class:`Baseline`."""
-    return _tvm_baseline(name, program, tvm.compile(mod, make_target(target)), raw, seed, notes)
+    tgt = make_target(target)
+    return _tvm_baseline(name, program, tvm.compile(mod, tgt), tgt, raw, seed, notes)
 
 
 def tune_tir_baseline(
@@ -120,7 +123,7 @@ def tuned_tir_baseline(
     best = min(mean_run_seconds(r.run_secs) for r in database.get_all_tuning_records())
     sch = ms.tir_integration.compile_tir(database, as_module(program.func), tgt)
     summary = TuningSummary(trials, valid, best, tuning_seconds, str(work_dir))
-    return _tvm_baseline("metaschedule", program, tvm.compile(sch.mod, tgt), raw, seed,
+    return _tvm_baseline("metaschedule", program, tvm.compile(sch.mod, tgt), tgt, raw, seed,
                          f"MetaSchedule tune_tir, {trials} trials", summary)
 
 
@@ -135,10 +138,9 @@ def untuned_tir_baseline(
     match few complex operators, then ``tvm.compile``'s default TIR lowering (a serial loop
     nest where no rule applied)."""
     tgt = make_target(target)
-    use_tvm_threads(target_cores(tgt))
     with tgt:
         mod = dl.ApplyDefaultSchedule(dl.cpu.GEMV(), dl.cpu.Reduction())(as_module(program.func))
-    return _tvm_baseline("tvm-default", program, tvm.compile(mod, tgt), raw, seed,
+    return _tvm_baseline("tvm-default", program, tvm.compile(mod, tgt), tgt, raw, seed,
                          "tvm.compile, default TIR pipeline after dlight CPU rules")
 
 

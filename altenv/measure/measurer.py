@@ -83,22 +83,31 @@ class Measurer(ABC):
 
     def measure(self, candidates: Sequence[MeasureCandidate]) -> list[MeasureResult]:
         """Build all candidates in parallel, then run them one by one; one result each."""
+        return [rounds[0] for rounds in self.retime(candidates, rounds=1)]
+
+    def retime(self, candidates: Sequence[MeasureCandidate], rounds: int
+               ) -> list[list[MeasureResult]]:
+        """Build all candidates in parallel once, then run every built one ``rounds`` times,
+        interleaved (the order rotates each round, so drifts of the host's speed hit all
+        alike); ``rounds`` results per candidate (a failed build fails every round)."""
         mods = [candidate.mod for candidate in candidates]
         built = self.builder.build([BuilderInput(mod, self.target) for mod in mods])
         build_seconds = list(self.builder.last_build_seconds)
-        results: list[MeasureResult] = []
-        batch = zip(candidates, mods, built, build_seconds, strict=True)
-        for candidate, mod, build, seconds in batch:
-            if build.error_msg is not None:
-                results.append(MeasureResult(error=str(build.error_msg), build_seconds=seconds))
-                continue
-            artifact = str(build.artifact_path)
-            try:
-                result = self._run(candidate, mod, artifact)
-            finally:
-                shutil.rmtree(os.path.dirname(artifact), ignore_errors=True)
-            result.build_seconds = seconds
-            results.append(result)
+        results: list[list[MeasureResult]] = []
+        for build, seconds in zip(built, build_seconds, strict=True):
+            failed = build.error_msg is not None
+            results.append([MeasureResult(error=str(build.error_msg), build_seconds=seconds)
+                            for _ in range(rounds)] if failed else [])
+        ok = [i for i, build in enumerate(built) if build.error_msg is None]
+        try:
+            for r in range(rounds):
+                for i in ok[r % len(ok):] + ok[:r % len(ok)]:
+                    result = self._run(candidates[i], mods[i], str(built[i].artifact_path))
+                    result.build_seconds = build_seconds[i] if r == 0 else 0.0
+                    results[i].append(result)
+        finally:
+            for i in ok:
+                shutil.rmtree(os.path.dirname(str(built[i].artifact_path)), ignore_errors=True)
         return results
 
     def _run(self, candidate: MeasureCandidate, mod: IRModule, artifact: str) -> MeasureResult:

@@ -40,11 +40,13 @@ class Budget:
 
 def tune(session: TuningSession, agent: Agent, budget: Budget, batch: int = 128,
          top_k: int = 8, progress: bool = True,
-         callbacks: Sequence[Callable[[TuningSession], None]] = ()) -> float:
-    """Run ``agent`` on ``session`` until ``budget`` trials are measured; returns the best
-    latency (s). Resumed sessions continue where their records stop; the session never
-    measures past the budget. ``callbacks`` are called with the session after each
-    measured batch (logging, checkpoints)."""
+         callbacks: Sequence[Callable[[TuningSession], None]] = (),
+         finalists: int = 4, finalist_rounds: int = 3) -> float:
+    """Run ``agent`` on ``session`` until ``budget`` trials are measured, then re-time the
+    ``finalists`` fastest side by side (:meth:`TuningSession.finalize`, ``0``: keep the
+    fastest at tuning time); returns the best latency (s). Resumed sessions continue where
+    their records stop; the session never measures past the budget. ``callbacks`` are
+    called with the session after each measured batch (logging, checkpoints)."""
     session.limit = budget.total
     bar = tqdm(total=budget.total, initial=min(session.trials, budget.total),
                desc=session.task.key[:40], unit="trial", disable=not progress)
@@ -61,6 +63,8 @@ def tune(session: TuningSession, agent: Agent, budget: Budget, batch: int = 128,
 
     try:
         agent.run(session, budget, batch=batch, top_k=top_k, report=report)
+        bar.set_postfix(stage="finalists")
+        session.finalize(finalists, finalist_rounds)
     finally:
         bar.close()
     return session.best[1]

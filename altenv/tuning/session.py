@@ -10,6 +10,7 @@ and are never measured again.
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from collections import OrderedDict, defaultdict
 from collections.abc import Sequence
@@ -19,7 +20,7 @@ from tvm.s_tir import Schedule
 
 from ..costmodel import CostModel, extract_features
 from ..measure import MeasureCandidate, Measurer
-from ..records import Record, RecordDB, candidate_key
+from ..records import Final, Record, RecordDB, candidate_key
 from .task import Candidate, Factors, OpTask, freeze
 
 FEATURE_CACHE_SIZE = 10_000
@@ -53,7 +54,7 @@ class TuningSession:
         self.limit: int | None = None  # at most this many trials, whoever asks
         self.history: list[float] = []  # best latency after each trial
         self.seconds: dict[str, float] = dict.fromkeys(
-            ("search", "cost_model", "build", "run", "measure_wall"), 0.0)
+            ("search", "cost_model", "build", "run", "measure_wall", "finalists"), 0.0)
         self._latency: dict[Candidate, float] = {}
         self._feature_cache: OrderedDict[Candidate, np.ndarray] = OrderedDict()
         self._resume()
@@ -66,11 +67,13 @@ class TuningSession:
 
     @property
     def best(self) -> tuple[Candidate | None, float]:
-        """The fastest measured candidate and its median latency (s)."""
+        """The fastest measured candidate and its median latency (s): once
+        :meth:`finalize` ran, the fastest finalist and its re-timed latency."""
         record = self.db.best(self.task.key)
         if record is None:
             return None, math.inf
-        return self._candidate(record), record.median
+        final = self.db.final(self.task.key)
+        return self._candidate(record), final.winner[1] if final else record.median
 
     def measured(self, candidate: Candidate) -> float | None:
         """The recorded latency of a candidate (``inf`` if it failed), ``None`` if new."""
@@ -126,6 +129,37 @@ class TuningSession:
         if ok:
             feats = self._features(factors, [c for c, _ in ok])
             self.cost_model.update(self.task.key, feats, [lat for _, lat in ok])
+
+    def _key(self, candidate: Candidate, schedule: Schedule) -> str:
+        space = self.task.space(candidate.factors)
+        return candidate_key(self.task.key, self.task.target,
+                             self.task.layouts_json(candidate.factors), schedule.trace.as_json(),
+                             space.to_vector(candidate.point).tolist())
+
+    def finalize(self, finalists: int, rounds: int = 3) -> Final | None:
+        """Re-time the ``finalists`` fastest measured candidates side by side (built once,
+        ``rounds`` interleaved runs each, no new trials) and record them: the fastest of
+        that re-timing becomes :attr:`best`. Tuning-time latencies were taken minutes
+        apart on a host whose speed drifts, and the fastest of many noisy measurements
+        is flattered by its noise; a side-by-side re-timing compares the finalists
+        fairly. Nothing happens with fewer than two successful candidates, or when
+        current finalists are recorded already (a resumed run)."""
+        current = self.db.final(self.task.key)
+        if finalists < 2 or current is not None:
+            return current
+        ranked = sorted((lat, i, c) for i, (c, lat) in enumerate(self._latency.items())
+                        if math.isfinite(lat))
+        top = [c for _, _, c in ranked[:finalists]]
+        if len(top) < 2:
+            return None
+        schedules = [self.schedule(c) for c in top]
+        start = time.perf_counter()
+        results = self.measurer.retime([MeasureCandidate(s.mod) for s in schedules], rounds)
+        self.seconds["finalists"] += time.perf_counter() - start
+        latencies = [statistics.median(r.median for r in rs) for rs in results]
+        return self.db.add_final(Final(self.task.key, [self._key(c, s) for c, s in
+                                                       zip(top, schedules)],
+                                       latencies, self.trials))
 
     # ------------------------------------------------------------ the two verbs
     def predict(self, candidates: Sequence[Candidate]) -> np.ndarray:
@@ -188,13 +222,10 @@ class TuningSession:
         by_layout: dict[Factors, list[tuple[Candidate, float]]] = defaultdict(list)
         for cand, sch, result in zip(candidates, schedules, results):
             space = self.task.space(cand.factors)
-            layouts = self.task.layouts_json(cand.factors)
-            decisions = space.to_vector(cand.point).tolist()
-            key = candidate_key(self.task.key, self.task.target, layouts, sch.trace.as_json(),
-                                decisions)
-            if not self.db.has(key):
-                self.db.add_result(self.task.key, self.task.target, layouts, sch.trace,
-                                   decisions, result)
+            if not self.db.has(self._key(cand, sch)):
+                self.db.add_result(self.task.key, self.task.target,
+                                   self.task.layouts_json(cand.factors), sch.trace,
+                                   space.to_vector(cand.point).tolist(), result)
             self._latency[cand] = result.median
             self.seconds["build"] += result.build_seconds
             self.seconds["run"] += result.run_seconds
