@@ -214,7 +214,8 @@ class HeronCGAAgent(Agent):
                    layout: Factors | None) -> Candidate | None:
         """Heron's Algorithm 3 for one child: crossover constraints on the key loop
         genes of two random parents, mutation drops some, the new CSP is solved at
-        random; in the joint stage the child takes one parent's layout."""
+        random; in the joint stage the child takes one parent's layout. ``None`` when the
+        CSP leaves no child other than the parents."""
         assert self._task is not None
         i, j = self.rng.choice(len(parents), size=2, replace=len(parents) < 2)
         p1, p2 = parents[int(i)], parents[int(j)]
@@ -230,9 +231,8 @@ class HeronCGAAgent(Agent):
             for v in self.rng.choice(sorted(allowed), size=drops, replace=False):
                 del allowed[str(v)]
         forbidden = [model.genes_of(p.point) for p in (p1, p2) if p.factors == layout]
-        genes = model.solve(self.rng, allowed, forbidden) or model.solve(
-            self.rng, None, forbidden)
-        if genes is None:
+        genes = model.solve(self.rng, allowed, forbidden)
+        if genes is None:  # no child of these parents: the random part renews the population
             return None
         point = model.point(genes)
         return Candidate(layout, point) if model.space.is_valid(point) else None

@@ -24,6 +24,7 @@ from altenv.mapping import (
     validate,
 )
 from altenv.mapping.amos import matrices
+from altenv.mapping.space import select_intrinsic
 from altenv.measure import MeasureConfig, create
 from altenv.ops import generate, operator_for, parse_workload, run_numpy
 from altenv.records import RecordDB
@@ -33,6 +34,8 @@ from altenv.tuning import Budget, OpTask, TuningSession, tune
 AVX2 = INTRINSICS["avx2_dot_8x4"]
 TC = INTRINSICS["wmma_16x16x16"]
 RGB = "c2d:N=1,I=3,O=8,H=6,W=6,KH=3,KW=3,pad=1,dtype=int8"  # 3 channels: r needs padding
+# on the host's own intrinsic: 16 output channels fill AVX2's 8 lanes and VNNI's 16
+HOST_RGB = "c2d:N=1,I=3,O=16,H=6,W=6,KH=3,KW=3,pad=1,dtype=int8"
 C2D = "c2d:N=1,I=8,O=16,H=6,W=6,KH=3,KW=3,pad=1,dtype=int8"
 HAS_AVX2 = tvm.target.codegen.target_has_features("avx2", make_target(None))
 needs_avx2 = pytest.mark.skipif(not HAS_AVX2, reason="the CPU has no AVX2")
@@ -128,9 +131,10 @@ def test_solutions_cover_amos_with_reorders():
 
 
 def test_mapping_template_keeps_the_objective_order():
-    template = MappingTemplate(RGB, "cp_embedding", make_target(None))
-    assert template.mappings == [e.mapping for e in _solve(RGB)]
-    assert [m for m, _ in mappings_for(RGB, "cp_embedding", AVX2)] == template.mappings
+    host = select_intrinsic(make_target(None))
+    template = MappingTemplate(HOST_RGB, "cp_embedding", make_target(None))
+    assert template.mappings == [e.mapping for e in _solve(HOST_RGB, host)]
+    assert [m for m, _ in mappings_for(HOST_RGB, "cp_embedding", host)] == template.mappings
     assert load_config(None, name="x", workload=RGB, mapping="cp_embedding").mapping == \
         "cp_embedding"
 
@@ -148,10 +152,11 @@ def test_every_solution_generates_the_operator():
 
 @pytest.mark.filterwarnings("ignore:altenv env. the cost model is untrained")
 def test_env_mapping_action_picks_a_ranked_mapping():
-    env = envs.JointTuningEnv(RGB, mapping="cp_embedding", reward_source="cost_model",
+    env = envs.JointTuningEnv(HOST_RGB, mapping="cp_embedding", reward_source="cost_model",
                               action_type="discrete", batch=4, episode_length=2,
                               walk_length=2, loop_rounds=1)
-    assert list(env.action_space.nvec) == [len(_solve(RGB))]
+    host = select_intrinsic(make_target(None))
+    assert list(env.action_space.nvec) == [len(_solve(HOST_RGB, host))]
     env.reset(seed=0)
     _, _, _, _, info = env.step(np.array([0]))
     assert info["factors"] == {"mapping": 0}
@@ -160,7 +165,7 @@ def test_env_mapping_action_picks_a_ranked_mapping():
 
 @needs_avx2
 def test_tensorized_int8_conv_under_the_top_mapping_matches_numpy():
-    task = OpTask(RGB, mapping="cp_embedding")
+    task = OpTask(HOST_RGB, mapping="cp_embedding")
     assert task.template.mappings[0].describe().endswith("r<-rc.rh.rw]")
     factors = (("mapping", 0),)
     program, space = task.program(factors), task.space(factors)
@@ -175,7 +180,7 @@ def test_tensorized_int8_conv_under_the_top_mapping_matches_numpy():
 @needs_avx2
 def test_tuning_with_cp_embedding_mapping(tmp_path):
     with create("local", MeasureConfig(number=1, repeat=2, min_repeat_ms=5)) as measurer:
-        task = OpTask(RGB, mapping="cp_embedding")
+        task = OpTask(HOST_RGB, mapping="cp_embedding")
         db = RecordDB(tmp_path / "records.jsonl")
         session = TuningSession(task, measurer, db)
         best = tune(session, agents.create("random", seed=0), Budget.split(6), batch=8,
@@ -190,6 +195,6 @@ def test_tuning_with_cp_embedding_mapping(tmp_path):
         np.testing.assert_array_equal(
             run_numpy(program, raw, func=session.schedule(cand).mod), program.reference(raw))
         db.close()
-        resumed = TuningSession(OpTask(RGB, mapping="cp_embedding"), measurer,
+        resumed = TuningSession(OpTask(HOST_RGB, mapping="cp_embedding"), measurer,
                                 RecordDB(tmp_path / "records.jsonl"))
         assert resumed.trials == 6 and resumed.best[0] == cand

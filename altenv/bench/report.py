@@ -132,7 +132,8 @@ def plot(timings: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]], outp
          reference: str) -> list[Path]:
     """``speedup.png``: per-workload bars of each tuner's speedup over ``reference`` (a
     baseline, median over seeds); ``convergence.png``: best latency vs trials per tuner
-    (median over seeds), one panel per workload."""
+    (median over seeds), one panel per workload, when the cells have histories (operators,
+    not networks)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -159,6 +160,8 @@ def plot(timings: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]], outp
     fig.savefig(paths[-1], dpi=120)
     plt.close(fig)
 
+    if not any(c["history"] for timing in timings for c in timing["cells"].values()):
+        return paths  # networks: no per-trial latency of the whole network to plot
     cols = min(3, len(timings))
     nrows = math.ceil(len(timings) / cols)
     fig, axes = plt.subplots(nrows, cols, figsize=(4.2 * cols, 3.2 * nrows), squeeze=False)

@@ -10,7 +10,8 @@ name                      i x r  TVM TensorIntrin            needs
                                                              ``altenv.space.avx2``)
 ``avx512_dot_16x4``       16x4   ``dot_16x4_avx512``         AVX-512BW (TVM's; its pmaddubsw
                                                              saturates pairs at int16)
-``vnni_dot_16x4``         16x4   ``dot_16x4_vnni``           AVX-512 VNNI (TVM's; exact)
+``vnni_dot_16x4``         16x4   ``altenv_dot_16x4_vnni``    AVX-512 VNNI (exact; ours, see
+                                                             ``altenv.space.vnni``)
 ========================  =====  ==========================  ================================
 
 ``wmma_16x16x16`` is the Tensor Core shape of AMOS Eq. 1 (``dst[i1, i2] += src1[i1, r1] *
@@ -35,7 +36,7 @@ INTRINSICS: dict[str, Intrinsic] = {
     intrin.name: intrin for intrin in (
         _dot("avx2_dot_8x4", 8, "altenv_dot_8x4_avx2", ("avx2",)),
         _dot("avx512_dot_16x4", 16, "dot_16x4_avx512", ("avx512bw",)),
-        _dot("vnni_dot_16x4", 16, "dot_16x4_vnni", ("avx512vnni",)),
+        _dot("vnni_dot_16x4", 16, "altenv_dot_16x4_vnni", ("avx512vnni",)),
         Intrinsic("wmma_16x16x16", (("i1", "S", 16), ("i2", "S", 16), ("r1", "R", 16)),
                   {"dst": ("i1", "i2"), "src1": ("i1", "r1"), "src2": ("r1", "i2")},
                   {"dst": "float32", "src1": "float16", "src2": "float16"}, None, "cuda"),

@@ -100,7 +100,7 @@ class Measurer(ABC):
                             for _ in range(rounds)] if failed else [])
         ok = [i for i, build in enumerate(built) if build.error_msg is None]
         try:
-            for r in range(rounds):
+            for r in range(rounds if ok else 0):
                 for i in ok[r % len(ok):] + ok[:r % len(ok)]:
                     result = self._run(candidates[i], mods[i], str(built[i].artifact_path))
                     result.build_seconds = build_seconds[i] if r == 0 else 0.0

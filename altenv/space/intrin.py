@@ -77,16 +77,17 @@ def tune_context_intrins(target: tvm.target.Target) -> Iterator[None]:
 
 
 def ensure_registered(name: str) -> None:
-    """Register tensor intrinsic ``name`` if it is not yet: altenv's AVX2 dot product by
-    importing its module, TVM's x86 ones (``dot_16x4_vnni``, ``dot_16x4_avx512``) by
+    """Register tensor intrinsic ``name`` if it is not yet: altenv's AVX2 and VNNI dot
+    products by importing their modules, TVM's x86 ones (``dot_16x4_avx512``, ...) by
     loading only the x86 family."""
     from tvm.s_tir import TensorIntrin
 
     if TensorIntrin.get(name, allow_missing=True) is not None:
         return
     from .avx2 import AVX2_DOT_8x4_INTRIN
+    from .vnni import VNNI_DOT_16x4_INTRIN
 
-    if name != AVX2_DOT_8x4_INTRIN:
+    if name not in (AVX2_DOT_8x4_INTRIN, VNNI_DOT_16x4_INTRIN):
         _load_families(("x86",))
     if TensorIntrin.get(name, allow_missing=True) is None:
         raise ValueError(f"tensor intrinsic {name!r} is not registered")
