@@ -30,6 +30,7 @@ from altenv.ops import generate, run_numpy
 from altenv.records import RecordDB
 from altenv.space import LoopSpace
 from altenv.space.avx2 import AVX2_DOT_8x4_INTRIN
+from altenv.space.vnni import VNNI_DOT_16x4_INTRIN
 from altenv.target import make_target
 from altenv.tuning import Budget, OpTask, TuningSession, tune
 
@@ -131,34 +132,39 @@ def test_int8_means_u8_data_and_i8_weight():
 
 
 # ------------------------------------------------------------------ the intrinsic
-@needs_avx2
-def test_avx2_dot_product_is_exact():
+@pytest.mark.parametrize("intrin, lanes, feature, instruction", [
+    (AVX2_DOT_8x4_INTRIN, 8, "avx2", "vpmaddwd"),
+    (VNNI_DOT_16x4_INTRIN, 16, "avx512vnni", "vpdpbusd"),
+])
+def test_x86_dot_products_are_exact(intrin, lanes, feature, instruction):
     from altenv.space.intrin import ensure_registered
 
-    ensure_registered(AVX2_DOT_8x4_INTRIN)
-    M, N, K = 4, 16, 32
+    if not tvm.target.codegen.target_has_features(feature, make_target(None)):
+        pytest.skip(f"the CPU has no {feature}")
+    ensure_registered(intrin)
+    M, N, K = 4, 32, 32
     A = te.placeholder((M, K), "uint8", name="A")
-    B = te.placeholder((N // 8, K // 4, 8, 4), "int8", name="B")
+    B = te.placeholder((N // lanes, K // 4, lanes, 4), "int8", name="B")
     k = te.reduce_axis((0, K), name="k")
     C = te.compute((M, N), lambda i, j: te.sum(
-        A[i, k].astype("int32") * B[j // 8, k // 4, j % 8, k % 4].astype("int32"), axis=k),
-        name="C")
+        A[i, k].astype("int32") * B[j // lanes, k // 4, j % lanes, k % 4].astype("int32"),
+        axis=k), name="C")
     sch = tvm.s_tir.Schedule(te.create_prim_func([A, B, C]))
     block = sch.get_sblock("C")
     i, j, kk = sch.get_loops(block)
-    jo, ji = sch.split(j, [None, 8])
+    jo, ji = sch.split(j, [None, lanes])
     ko, ki = sch.split(kk, [None, 4])
     sch.reorder(i, jo, ko, ji, ki)
     sch.decompose_reduction(block, ko)
-    sch.tensorize(ji, AVX2_DOT_8x4_INTRIN)
+    sch.tensorize(ji, intrin)
     lib = tvm.compile(sch.mod, make_target(None))
-    assert "vpmaddwd" in lib.mod.inspect_source("asm")
+    assert instruction in lib.mod.inspect_source("asm")
     rng = np.random.default_rng(0)
     a = rng.integers(0, 256, (M, K), dtype=np.uint8)
     a[0] = 255  # extremes: pairs of products that overflow int16
     b = rng.integers(-128, 128, (N, K), dtype=np.int8)
     b[:8] = -128
-    packed = b.reshape(N // 8, 8, K // 4, 4).transpose(0, 2, 1, 3).copy()
+    packed = b.reshape(N // lanes, lanes, K // 4, 4).transpose(0, 2, 1, 3).copy()
     dev = tvm.cpu()
     c = tvm.runtime.tensor(np.zeros((M, N), np.int32), dev)
     lib["main"](tvm.runtime.tensor(a, dev), tvm.runtime.tensor(packed, dev), c)

@@ -17,21 +17,9 @@ from __future__ import annotations
 from tvm.s_tir import TensorIntrin
 from tvm.script import tirx as T
 
+from .dot import dot_desc
+
 AVX2_DOT_8x4_INTRIN = "altenv_dot_8x4_avx2"
-
-
-@T.prim_func(s_tir=True)
-def _desc(A: T.Buffer((4,), "uint8", offset_factor=1),
-          B: T.Buffer((8, 4), "int8", offset_factor=1),
-          C: T.Buffer((8,), "int32", offset_factor=1)) -> None:
-    with T.sblock("root"):
-        T.reads(C[0:8], A[0:4], B[0:8, 0:4])
-        T.writes(C[0:8])
-        for i in T.serial(0, 8):
-            for k in T.serial(0, 4):
-                with T.sblock("update"):
-                    vi, vk = T.axis.remap("SR", [i, k])
-                    C[vi] = C[vi] + T.cast(A[vk], "int32") * T.cast(B[vi, vk], "int32")
 
 
 @T.prim_func(s_tir=True)
@@ -56,4 +44,4 @@ def _impl(A: T.Buffer((4,), "uint8", offset_factor=1),
             [T.reinterpret(sums, dtype="int64x4")], [0, 2, 1, 3]), dtype="int32x8")
 
 
-TensorIntrin.register(AVX2_DOT_8x4_INTRIN, _desc, _impl)
+TensorIntrin.register(AVX2_DOT_8x4_INTRIN, dot_desc(8), _impl)

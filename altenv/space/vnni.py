@@ -17,21 +17,9 @@ from __future__ import annotations
 from tvm.s_tir import TensorIntrin
 from tvm.script import tirx as T
 
+from .dot import dot_desc
+
 VNNI_DOT_16x4_INTRIN = "altenv_dot_16x4_vnni"
-
-
-@T.prim_func(s_tir=True)
-def _desc(A: T.Buffer((4,), "uint8", offset_factor=1),
-          B: T.Buffer((16, 4), "int8", offset_factor=1),
-          C: T.Buffer((16,), "int32", offset_factor=1)) -> None:
-    with T.sblock("root"):
-        T.reads(C[0:16], A[0:4], B[0:16, 0:4])
-        T.writes(C[0:16])
-        for i in T.serial(0, 16):
-            for k in T.serial(0, 4):
-                with T.sblock("update"):
-                    vi, vk = T.axis.remap("SR", [i, k])
-                    C[vi] = C[vi] + T.cast(A[vk], "int32") * T.cast(B[vi, vk], "int32")
 
 
 @T.prim_func(s_tir=True)
@@ -49,4 +37,4 @@ def _impl(A: T.Buffer((4,), "uint8", offset_factor=1),
             B.vload([0, 0], "int8x64"))
 
 
-TensorIntrin.register(VNNI_DOT_16x4_INTRIN, _desc, _impl)
+TensorIntrin.register(VNNI_DOT_16x4_INTRIN, dot_desc(16), _impl)
