@@ -138,7 +138,18 @@ class PPOAgent(Agent):
 
     def joint_stage(self, session: TuningSession, limit: int, batch: int, top_k: int,
                     report: Callable[[TuningSession], None]) -> None:
-        """Cross exploration: the layout actor learns from measured loop rounds."""
+        """Cross exploration: the layout actor learns from measured loop rounds. The
+        session measures no more than ``limit`` trials meanwhile: one step measures several
+        loop rounds, and the stage would otherwise eat into the loop-only stage's trials."""
+        outer = session.limit
+        session.limit = limit if outer is None else min(limit, outer)
+        try:
+            self._joint_learn(session, limit, batch, top_k, report)
+        finally:
+            session.limit = outer
+
+    def _joint_learn(self, session: TuningSession, limit: int, batch: int, top_k: int,
+                     report: Callable[[TuningSession], None]) -> None:
         actor = self._loop_actor()
         env = JointTuningEnv(session.task, session=session, episode_length=self.layout_episode,
                              batch=batch, top_k=top_k, loop_rounds=self.loop_rounds,

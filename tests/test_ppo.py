@@ -80,3 +80,15 @@ def test_altenv_train_writes_a_checkpoint(tmp_path, capsys):
     records = RecordDB(tmp_path / "pre" / "records.jsonl")
     assert records.workloads() == ["gmm:M=16,N=16,K=16", "gmm:M=16,N=32,K=16"]
     assert records.count() == 16
+
+
+@pytest.mark.slow
+def test_joint_stage_keeps_to_its_trials(measurer, tmp_path):
+    """One joint step measures two loop rounds of top 2; the stage still stops at its
+    share, so the loop-only stage keeps its trials, and the session's limit is restored."""
+    session = TuningSession(OpTask("gmm:M=16,N=16,K=16"), measurer,
+                            RecordDB(tmp_path / "records.jsonl"))
+    session.limit = 8
+    agent = agents.create("ppo", seed=0, walk_length=4, loop_episode=8, layout_episode=2)
+    agent.joint_stage(session, 4, 8, 2, lambda _: None)
+    assert session.trials == 4 and session.limit == 8
