@@ -104,7 +104,9 @@ def endless(
 
 @pytest.fixture(scope="module")
 def measurer() -> Iterator[LocalMeasurer]:
-    with create("local", MeasureConfig(**FAST, run_timeout=2.0, build_workers=2)) as m:
+    # The timeout ends ``endless``; it must also leave room for a good candidate's first run
+    # in a freshly restarted worker on a loaded 2-core CI host (2 s did not, once).
+    with create("local", MeasureConfig(**FAST, run_timeout=8.0, build_workers=2)) as m:
         yield m
 
 
