@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 import torch
 import tvm
-from tvm import relax
+from tvm import relax, te
 from tvm.relax.frontend.torch import from_exported_program
+from tvm.s_tir import dlight as dl
 from tvm.s_tir.meta_schedule.search_strategy import EvolutionarySearch
 
 from altenv.baselines import (
@@ -28,7 +29,8 @@ from altenv.baselines import (
     untuned_tir_baseline,
     weight_names,
 )
-from altenv.measure import MeasureConfig, WrongResultError
+from altenv.baselines.base import untuned_rules
+from altenv.measure import MeasureConfig, WrongResultError, as_module
 from altenv.ops import generate
 from altenv.target import make_target
 
@@ -76,6 +78,7 @@ def test_interleaved_timer_gives_sane_medians() -> None:
     ("c2d:N=1,I=8,O=16,H=10,W=10,KH=3,KW=3,stride=2,pad=1", ("bias", "relu")),
     ("grp:N=1,I=8,O=8,groups=4,H=8,W=8,KH=3,KW=3,pad=1", ()),
     ("t2d:N=1,I=4,O=6,H=5,W=5,KH=4,KW=4,stride=2,pad=1", ("residual",)),
+    ("c2d:N=1,I=64,O=128,H=2,W=2,KH=1,KW=1,stride=2", ()),  # 1x1 output: GEMV-shaped
 ])
 def test_untuned_and_torch_match_the_reference(spec: str, epilogue: tuple[str, ...],
                                               target: tvm.target.Target) -> None:
@@ -87,6 +90,20 @@ def test_untuned_and_torch_match_the_reference(spec: str, epilogue: tuple[str, .
     assert check_baseline(default, expected) < 1e-5
     assert check_baseline(eager, expected) < 1e-5
     assert torch.get_num_threads() == int(target.attrs["num-cores"])
+
+
+def test_untuned_rules_schedule_reductions_and_leave_gemv_shaped_convs(target) -> None:
+    """dlight's GEMV rule would turn this conv into 128-lane gathers that LLVM needs minutes
+    to compile on AVX-512; the untuned builds leave it to TVM's default lowering."""
+    conv = generate("c2d:N=1,I=64,O=128,H=2,W=2,KH=1,KW=1,stride=2").func
+    x = te.placeholder((16, 64), name="x")
+    k = te.reduce_axis((0, 64), name="k")
+    sums = te.compute((16,), lambda i: te.sum(x[i, k], axis=k), name="sums")
+    means = te.create_prim_func([x, te.compute((16,), lambda i: sums[i] / 64.0)])
+    with target:
+        assert dl.cpu.GEMV().apply(conv, target, False) is not None
+        scheduled = [untuned_rules()(as_module(f))["main"].attrs for f in (conv, means)]
+    assert ["tirx.is_scheduled" in (attrs or {}) for attrs in scheduled] == [False, True]
 
 
 def test_a_wrong_baseline_is_rejected_before_timing() -> None:

@@ -16,7 +16,6 @@ import tvm
 from tvm import relax
 from tvm.relax import pipeline as relax_pipeline
 from tvm.relax.backend.cpu_generic import pipeline as cpu_pipeline
-from tvm.s_tir import dlight as dl
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.search_strategy import SearchStrategy
 
@@ -30,6 +29,7 @@ from .base import (
     count_measurements,
     mean_run_seconds,
     metaschedule_session,
+    untuned_rules,
 )
 from .isolated import IsolatedRun
 from .operator import TargetSpec
@@ -85,19 +85,20 @@ def untuned_relax_baseline(
     target: TargetSpec = None,
 ) -> Baseline:
     """``mod`` built by TVM's default CPU Relax pipeline (dispatch, legalize, fuse, lower)
-    with dlight's CPU rules (GEMV, reductions) applied to the fused functions: the best
-    schedule TVM offers without tuning. Complex operators stay naive serial loop nests."""
+    with dlight's CPU reduction rule (:func:`.base.untuned_rules`) applied to the fused
+    functions: the best schedule TVM offers without tuning. Complex operators stay naive
+    serial loop nests."""
     tgt = make_target(target)
     if tgt.kind.name != "llvm":
         raise ValueError(f"untuned Relax baseline: CPU (llvm) targets only, got {tgt.kind.name}")
     use_tvm_threads(target_cores(tgt))
     passes = (cpu_pipeline.library_dispatch_passes(tgt) + cpu_pipeline.legalize_passes(tgt)
-              + [dl.ApplyDefaultSchedule(dl.cpu.GEMV(), dl.cpu.Reduction())]
+              + [untuned_rules()]
               + cpu_pipeline.dataflow_lower_passes(tgt) + cpu_pipeline.finalize_passes(tgt))
     with tgt:
         executable = tvm.compile(mod, tgt, relax_pipeline=tvm.transform.Sequential(passes))
     return _vm_baseline("tvm-default", executable, inputs, _weight_tensors(mod, params),
-                        "default CPU Relax pipeline + dlight CPU rules")
+                        "default CPU Relax pipeline + dlight CPU reduction rule")
 
 
 def _fused_for_tuning(mod: tvm.IRModule, target: tvm.target.Target,

@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 import torch
 import tvm
-from tvm.s_tir import dlight as dl
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.search_strategy import SearchStrategy
 
@@ -29,6 +28,7 @@ from .base import (
     count_measurements,
     mean_run_seconds,
     metaschedule_session,
+    untuned_rules,
 )
 from .isolated import IsolatedRun
 
@@ -134,14 +134,14 @@ def untuned_tir_baseline(
     seed: int = 0,
     raw: Mapping[str, np.ndarray] | None = None,
 ) -> Baseline:
-    """``program.func`` as TVM builds it untuned: dlight's CPU rules (GEMV, reductions), which
-    match few complex operators, then ``tvm.compile``'s default TIR lowering (a serial loop
-    nest where no rule applied)."""
+    """``program.func`` as TVM builds it untuned: dlight's CPU reduction rule
+    (:func:`.base.untuned_rules`), which matches few complex operators, then ``tvm.compile``'s
+    default TIR lowering (a serial loop nest where no rule applied)."""
     tgt = make_target(target)
     with tgt:
-        mod = dl.ApplyDefaultSchedule(dl.cpu.GEMV(), dl.cpu.Reduction())(as_module(program.func))
+        mod = untuned_rules()(as_module(program.func))
     return _tvm_baseline("tvm-default", program, tvm.compile(mod, tgt), tgt, raw, seed,
-                         "tvm.compile, default TIR pipeline after dlight CPU rules")
+                         "tvm.compile, default TIR pipeline after dlight CPU reduction rule")
 
 
 def torch_function(program: OpProgram) -> Callable[..., torch.Tensor]:
