@@ -2,10 +2,7 @@
 
 The fused module of a :class:`TaskGraph` is compiled as is (no re-legalization or re-fusion),
 so a task replaced by a tuned or layout-transformed PrimFunc stays exactly what was given.
-Untouched tasks (and the layout conversions and regenerated elementwise tasks a network build
-adds) get a default schedule: on CPU the one every MetaSchedule CPU design space starts from
-(``ParallelizeVectorizeUnroll``: outer loops fused and parallel, inner loops vectorized), on
-GPU ``DefaultGPUSchedule``.
+Untouched tasks keep TVM's default schedules (plain loops on CPU, ``DefaultGPUSchedule`` on GPU).
 """
 
 from __future__ import annotations
@@ -17,7 +14,6 @@ import numpy as np
 import tvm
 from tvm import relax, s_tir, tirx
 from tvm.relax.backend.cpu_generic.pipeline import dataflow_lower_passes, finalize_passes
-from tvm.s_tir import meta_schedule as ms
 
 from altenv.graph.tasks import TaskGraph
 from altenv.target import make_target
@@ -95,42 +91,16 @@ def build(graph: TaskGraph, target: str | dict | tvm.target.Target | None = None
 
 def compile_module(mod: tvm.IRModule, target: str | dict | tvm.target.Target | None = None,
                    scheduled: set[str] | frozenset[str] = frozenset()) -> BuiltModel:
-    """Compile a module of ``call_tir`` calls as it is (no re-legalization or re-fusion);
-    every PrimFunc not named in ``scheduled`` gets the target's default schedule."""
+    """Compile a module of ``call_tir`` calls as it is (no re-legalization or re-fusion); on a
+    GPU every PrimFunc not named in ``scheduled`` gets ``DefaultGPUSchedule``."""
     tgt = make_target(target)
-    if tgt.kind.name == "llvm":
-        mod = _default_cpu_schedule(mod, tgt, set(scheduled))
-    else:
+    if tgt.kind.name != "llvm":
         mod = _default_gpu_schedule(mod, tgt, set(scheduled))
     pipeline = tvm.transform.Sequential(dataflow_lower_passes(tgt) + finalize_passes(tgt))
     with tgt:
         ex = tvm.compile(mod, tgt, relax_pipeline=pipeline)
     dev = tvm.cpu() if tgt.kind.name == "llvm" else tvm.device(tgt.kind.name, 0)
     return BuiltModel(ex, relax.VirtualMachine(ex, dev), dev)
-
-
-def _default_cpu_schedule(mod: tvm.IRModule, target: tvm.target.Target,
-                          keep: set[str]) -> tvm.IRModule:
-    """Parallelize and vectorize every PrimFunc not in ``keep`` with MetaSchedule's
-    ``ParallelizeVectorizeUnroll`` rule (no unrolling) and its postprocessor; a function the
-    rule or the postprocessor rejects keeps TVM's default lowering."""
-    out = mod
-    for gv, func in mod.functions.items():
-        if gv.name_hint in keep or not isinstance(func, tirx.PrimFunc):
-            continue
-        generator = ms.space_generator.PostOrderApply(
-            sch_rules=[ms.schedule_rule.ParallelizeVectorizeUnroll(
-                max_jobs_per_core=16, max_vectorize_extent=64, unroll_max_steps=[])],
-            postprocs=[ms.postproc.RewriteParallelVectorizeUnroll()], mutator_probs={})
-        context = ms.TuneContext(tvm.IRModule({"main": func}), target=target,
-                                 space_generator=generator, task_name=gv.name_hint)
-        try:
-            (sch,) = context.generate_design_space()
-            if all(p.apply(sch) for p in generator.postprocs):
-                out = _update(out, gv.name_hint, sch.mod["main"])
-        except tvm.TVMError:
-            continue
-    return out
 
 
 def _default_gpu_schedule(mod: tvm.IRModule, target: tvm.target.Target,
