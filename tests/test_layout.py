@@ -251,3 +251,15 @@ def test_conversion_between_different_tensors_is_an_error():
 
     with pytest.raises(ValueError, match="layouts of different tensors"):
         conversion_func(Layout((2, 3)), Layout((3, 2)))
+
+
+def test_same_storage_is_equal_bytes() -> None:
+    nchw = Layout((1, 96, 56, 56))
+    unit_split = nchw.split(1, [1, 96]).split(0, [1, 1])  # (1, 1, 1, 96, 56, 56)
+    blocked = nchw.split(1, [-1, 16]).reorder([0, 1, 3, 4, 2])
+    data = np.random.default_rng(0).standard_normal(nchw.shape).astype("float32")
+    assert unit_split.same_storage(nchw) and nchw.same_storage(unit_split)
+    assert np.array_equal(unit_split.apply(data).ravel(), data.ravel())
+    assert not blocked.same_storage(nchw)
+    assert not nchw.pad(2, 1, 1).same_storage(nchw)
+    assert not Layout((1, 96, 56, 57)).same_storage(nchw)

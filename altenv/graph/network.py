@@ -383,13 +383,17 @@ class _Rewriter:
             self._get(tensor, storage, "storage")
 
     def _get(self, tensor: str, layout: Layout, consumer: str) -> Any:
-        """``tensor`` in ``layout``, converting (once) from its stored version."""
+        """``tensor`` in ``layout``, converting (once) from its stored version; a layout that
+        stores the same bytes is a reshape of it, not a conversion."""
         have = self.versions[tensor]
         layout = canonical(layout)
         if layout in have:
             return have[layout]
         storage = self._storage(tensor)
         src = storage if storage in have else next(iter(have))
+        if src.same_storage(layout):  # the same bytes: a reshape, no copy
+            have[layout] = self.bb.emit(relax.op.reshape(have[src], list(layout.shape)), "view")
+            return have[layout]
         dtype = str(have[src].ty.dtype)
         key = (src, layout, dtype)
         if key not in self.conv_funcs:

@@ -241,6 +241,18 @@ class Layout:
         out[valid] = _gather(array, cur, valid)
         return out
 
+    def same_storage(self, other: Layout) -> bool:
+        """Whether ``other``, a layout of the same logical shape, stores every element at the
+        same offset of a buffer of the same size (converting between them is a reshape)."""
+        size = math.prod(self.logical_shape)
+        if (other.logical_shape != self.logical_shape or math.prod(self.shape) != size
+                or math.prod(other.shape) != size):
+            return False
+        if any(isinstance(p, StoreAt) for p in (*self.primitives, *other.primitives)):
+            return False
+        offsets = np.arange(size).reshape(self.logical_shape)
+        return bool(np.array_equal(self.apply(offsets).ravel(), other.apply(offsets).ravel()))
+
     def invert(self, physical: np.ndarray) -> np.ndarray:
         """Physical -> logical data (an unfolded dim is read from its canonical copy)."""
         physical = np.asarray(physical)
