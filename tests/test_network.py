@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from tvm import relax, topi
+import tvm
+from tvm import relax, tirx, topi
 
 from altenv.export import MANIFEST_FILE, MODEL_FILE, PARAMS_FILE, export_run
 from altenv.graph import extract_tasks, load_model, max_rel_err, rel_err
@@ -81,15 +82,19 @@ def _hand_graph() -> tuple[TaskGraph, dict[str, np.ndarray]]:
     return graph_of(bb.get()), {"w1": w1, "w2": w2}
 
 
+def _hand_factors(graph: TaskGraph) -> dict[str, dict[str, int]]:
+    """Tiled layouts for both convolutions of :func:`_hand_graph`."""
+    conv1, conv2 = (c.task for c in graph.complex_calls())
+    return {conv1: {"ht": 4, "wt": 6, "ot": 4, "it": 2, "it_w": 4, "ot_w": 2},
+            conv2: {"ht": 3, "wt": 4, "ot": 8, "it": 4, "it_w": 2, "ot_w": 8}}
+
+
 def test_conv_relu_add_conv_end_to_end():
     """conv1's tiled output propagates through relu; the add reads it in that layout and
     writes conv2's padded, unfolded input layout itself (Fig. 5b): the only conversions are
     the input's pad-and-convert and the output's conversion back to logical."""
     graph, w = _hand_graph()
-    conv1, conv2 = (c.task for c in graph.complex_calls())
-    factors = {conv1: {"ht": 4, "wt": 6, "ot": 4, "it": 2, "it_w": 4, "ot_w": 2},
-               conv2: {"ht": 3, "wt": 4, "ot": 8, "it": 4, "it_w": 2, "ot_w": 8}}
-    network = build_network(graph, factors)
+    network = build_network(graph, _hand_factors(graph))
     prop, chosen = network.plan.propagation, network.plan.chosen
     assert prop.storage[tensor_name(1)] == chosen["call0"]["out"]           # relu
     assert prop.storage[tensor_name(2)] == chosen["call3"]["data"]          # add -> conv2
@@ -101,6 +106,28 @@ def test_conv_relu_add_conv_end_to_end():
     y = torch.relu(torch.conv2d(t(x), t(w["w1"]), padding=1)) + t(x)
     ref = torch.conv2d(y, t(w["w2"]), padding=1).numpy()
     assert rel_err(network.run([x])[0], ref) < 1e-5
+
+
+def test_without_conversions_empties_only_the_conversions():
+    """The twin that prices the conversions (``bench net``'s ``conversion_share``): the same
+    calls, every conversion PrimFunc a no-op, every other function untouched."""
+    from altenv.bench.net import conversion_cost
+
+    graph, _ = _hand_graph()
+    network = build_network(graph, _hand_factors(graph))
+    twin = network.without_conversions()
+    emptied = {c.func for c in network.conversions}
+    assert len(emptied) == 2
+    for gv, func in network.mod.functions.items():
+        other = twin.mod[gv.name_hint]
+        if gv.name_hint in emptied:
+            assert isinstance(other.body, tirx.Evaluate) and other.params == func.params
+        else:
+            tvm.ir.assert_structural_equal(other, func)
+    x = np.random.default_rng(3).uniform(-1, 1, (1, 8, 12, 12)).astype("float32")
+    assert rel_err(twin.run([x])[0], network.run([x])[0]) > 1e-2
+    conv, total = conversion_cost(network, [x], rounds=3)
+    assert total > 0 and conv < total
 
 
 def test_fold_batch_norm_into_weight_and_bias():

@@ -5,8 +5,8 @@ agent) is an ordinary ``altenv tune`` run of the model in ``DIR/<model>/<tuner>-
 (resumable from its records), ``metaschedule`` a ``tune_relax`` run with the same total
 budget (restarted if cut short). When a model's cells are finished, the tuned networks,
 TVM's untuned build and PyTorch eager are checked against torch and timed interleaved;
-the share of altenv's latency spent in inserted layout conversions is measured by
-instrumenting the Relax VM's calls.
+the share of altenv's latency spent in inserted layout conversions is measured by timing
+the network next to the same network with its conversions emptied.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -69,38 +68,21 @@ def tune_net_cell(suite: BenchSuite, entry: NetEntry, tuner: str, seed: int, out
     return summary
 
 
-def conversion_share(network: Any, inputs: list[Any], runs: int = 5) -> tuple[float, float]:
-    """``(conversion seconds, all calls' seconds)`` of one run of ``network`` (median of
-    ``runs``), from a Relax VM whose every call is timed by an instrument."""
+def conversion_cost(network: Any, inputs: list[Any], rounds: int = 10) -> tuple[float, float]:
+    """``(conversion seconds, network seconds)``: ``network`` timed interleaved with its twin
+    whose conversions do nothing (:meth:`~altenv.graph.network.NetworkBuild.without_conversions`);
+    the conversions' cost is the median over rounds of the paired difference (a difference
+    of two timings: within noise it can come out slightly negative)."""
     import statistics
 
-    import tvm
-    from tvm import relax
+    from ..baselines import network_baseline
+    from ..baselines.timing import time_interleaved
 
-    vm = relax.VirtualMachine(network.built.executable, network.built.device)
-    args = [tvm.runtime.tensor(x, network.built.device) for x in inputs]
-    args += network.device_params()
-    seconds: dict[str, float] = defaultdict(float)
-    started: dict[str, float] = {}
-
-    def instrument(func: Any, symbol: str, before: bool, ret: Any, *call_args: Any) -> int:
-        if before:
-            started[symbol] = time.perf_counter()
-        else:
-            seconds[symbol] += time.perf_counter() - started.pop(symbol)
-        return 0  # VMInstrumentReturnKind.NO_OP
-
-    vm.set_instrument(instrument)
-    conversions = {c.func for c in network.conversions}
-    shares = []
-    for _ in range(runs + 1):
-        seconds.clear()
-        vm["main"](*args)
-        shares.append((sum(v for k, v in seconds.items() if k in conversions),
-                       sum(seconds.values())))
-    conv = statistics.median(s[0] for s in shares[1:])
-    total = statistics.median(s[1] for s in shares[1:])
-    return conv, total
+    runs = {"network": network_baseline("network", network, inputs).run,
+            "without": network_baseline("without", network.without_conversions(), inputs).run}
+    stats = time_interleaved(runs, rounds=rounds)
+    paired = [a - b for a, b in zip(stats["network"].samples, stats["without"].samples)]
+    return statistics.median(paired), stats["network"].median
 
 
 def retime_net(suite: BenchSuite, entry: NetEntry, cells: list[dict[str, Any]], output: Path,
@@ -136,10 +118,9 @@ def retime_net(suite: BenchSuite, entry: NetEntry, cells: list[dict[str, Any]], 
             cfg = RunConfig.model_validate(yaml.safe_load((path / "config.yaml").read_text()))
             factors, schedules = best_schedules(cfg, json.loads((path / "best.json").read_text()))
             network = build_network(extract_tasks(model), factors, schedules, suite.target)
-            conv, calls = conversion_share(network, inputs)
+            conv, total = conversion_cost(network, inputs)
             extras[label] = {"conversions": len(network.conversions),
-                             "conversion_ms": conv * 1e3,
-                             "conversion_share": conv / calls if calls else 0.0}
+                             "conversion_ms": conv * 1e3, "conversion_share": conv / total}
             run = network_baseline(label, network, inputs)
         runs.append(run)
     if "tvm-default" in baselines:

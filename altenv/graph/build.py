@@ -60,11 +60,12 @@ def apply_replacements(graph: TaskGraph,
         _check_signature(name, old, func)
         func = func.with_attrs(old.attrs) if old.attrs is not None else func
         for gname in graph.tasks[name].func_names:
-            mod = _update(mod, gname, func)
+            mod = with_func(mod, gname, func)
     return mod
 
 
-def _update(mod: tvm.IRModule, gname: str, func: tirx.PrimFunc) -> tvm.IRModule:
+def with_func(mod: tvm.IRModule, gname: str, func: tirx.PrimFunc) -> tvm.IRModule:
+    """A copy of ``mod`` whose function ``gname`` is ``func``."""
     out = tvm.IRModule(dict(mod.functions), attrs=mod.attrs)
     out.update_func(out.get_global_var(gname), func)
     return out
@@ -110,7 +111,7 @@ def _default_gpu_schedule(mod: tvm.IRModule, target: tvm.target.Target,
         scheduled = s_tir.transform.DefaultGPUSchedule()(mod)
     for gv, func in mod.functions.items():
         if gv.name_hint in keep:
-            scheduled = _update(scheduled, gv.name_hint, func)
+            scheduled = with_func(scheduled, gv.name_hint, func)
     return scheduled
 
 

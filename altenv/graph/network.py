@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -37,7 +37,7 @@ import tvm.ir.expr as ire
 import tvm_ffi
 from tvm import relax, s_tir, tirx
 
-from altenv.graph.build import BuiltModel, compile_module
+from altenv.graph.build import BuiltModel, compile_module, with_func
 from altenv.graph.lowering import ComplexLowering, NotMappable, lower_complex
 from altenv.graph.propagation import (
     COMPLEX,
@@ -256,6 +256,7 @@ class NetworkBuild:
         order, holding the physical (pre-transformed) weights.
     conversions: the conversion calls inserted into ``main``.
     target: the target it was compiled for.
+    scheduled: the PrimFuncs that carry a tuned schedule.
     """
 
     plan: NetworkPlan
@@ -265,6 +266,7 @@ class NetworkBuild:
     params: list[np.ndarray]
     conversions: list[InsertedConversion]
     target: tvm.target.Target
+    scheduled: frozenset[str] = frozenset()
     _device_weights: list[tvm.runtime.Tensor] | None = field(default=None, init=False,
                                                              repr=False)
 
@@ -288,6 +290,17 @@ class NetworkBuild:
         args = [tvm.runtime.tensor(x, dev) for x in inputs] + self.device_params()
         timer = self.built.vm.time_evaluator("main", dev, number=number, repeat=repeat)
         return float(timer(*args).median)
+
+    def without_conversions(self) -> NetworkBuild:
+        """The same network compiled with every conversion PrimFunc emptied: the same calls on
+        the same buffers, minus the conversions' work. Its outputs are wrong; timed next to
+        this network it measures what the conversions cost."""
+        mod = self.mod
+        for name in {c.func for c in self.conversions}:
+            gv = mod.get_global_var(name)
+            mod = with_func(mod, name, mod[gv].with_body(tirx.Evaluate(0)))
+        built = compile_module(mod, self.target, self.scheduled)
+        return replace(self, mod=mod, built=built)
 
 
 def _flatten(value: Any) -> list[np.ndarray]:
@@ -316,7 +329,7 @@ def build_plan(plan: NetworkPlan, schedules: Mapping[str, Scheduled] | None = No
     mod = rewriter.run()
     built = compile_module(mod, tgt, rewriter.scheduled)
     return NetworkBuild(plan, mod, built, rewriter.param_names, rewriter.param_values,
-                        rewriter.conversions, tgt)
+                        rewriter.conversions, tgt, frozenset(rewriter.scheduled))
 
 
 class _Rewriter:
