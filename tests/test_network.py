@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -128,6 +129,23 @@ def test_without_conversions_empties_only_the_conversions():
     assert rel_err(twin.run([x])[0], network.run([x])[0]) > 1e-2
     conv, total = conversion_cost(network, [x], rounds=3)
     assert total > 0 and conv < total
+
+
+def test_network_programs_are_timed_on_the_targets_cores(monkeypatch):
+    """TVM's own pool default is half the hardware threads (one on a 2-vCPU machine): a
+    network baseline sets the target's cores before it is timed, whatever ran before."""
+    from altenv.baselines import network_baseline
+    from altenv.target import host_cpu_target, use_tvm_threads
+
+    monkeypatch.setenv("TVM_NUM_THREADS", "1")
+    graph, _ = _hand_graph()
+    target = host_cpu_target(3)
+    x = np.random.default_rng(4).uniform(-1, 1, (1, 8, 12, 12)).astype("float32")
+    try:
+        network_baseline("n", build_network(graph, target=target), [x])
+        assert os.environ["TVM_NUM_THREADS"] == "3"
+    finally:
+        use_tvm_threads(len(os.sched_getaffinity(0)))
 
 
 def test_fold_batch_norm_into_weight_and_bias():

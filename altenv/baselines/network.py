@@ -48,9 +48,12 @@ def _flatten(value: object) -> list[np.ndarray]:
     return [x for item in value for x in _flatten(item)]  # type: ignore[attr-defined]
 
 
-def _vm_baseline(name: str, executable: tvm.runtime.Executable, inputs: Sequence[np.ndarray],
-                 weights: list[tvm.runtime.Tensor], notes: str,
+def _vm_baseline(name: str, executable: tvm.runtime.Executable, target: tvm.target.Target,
+                 inputs: Sequence[np.ndarray], weights: list[tvm.runtime.Tensor], notes: str,
                  tuning: TuningSummary | None = None, prepacked: bool = False) -> Baseline:
+    """A Relax VM program as a :class:`Baseline`, TVM's thread pool set to the target's
+    cores (TVM's own default is half the hardware threads: one on a 2-vCPU machine)."""
+    use_tvm_threads(target_cores(target))
     dev = tvm.cpu(0)
     vm = relax.VirtualMachine(executable, dev)
     if prepacked:  # the weight layout rewrite runs once, outside the timed function
@@ -91,13 +94,12 @@ def untuned_relax_baseline(
     tgt = make_target(target)
     if tgt.kind.name != "llvm":
         raise ValueError(f"untuned Relax baseline: CPU (llvm) targets only, got {tgt.kind.name}")
-    use_tvm_threads(target_cores(tgt))
     passes = (cpu_pipeline.library_dispatch_passes(tgt) + cpu_pipeline.legalize_passes(tgt)
               + [untuned_rules()]
               + cpu_pipeline.dataflow_lower_passes(tgt) + cpu_pipeline.finalize_passes(tgt))
     with tgt:
         executable = tvm.compile(mod, tgt, relax_pipeline=tvm.transform.Sequential(passes))
-    return _vm_baseline("tvm-default", executable, inputs, _weight_tensors(mod, params),
+    return _vm_baseline("tvm-default", executable, tgt, inputs, _weight_tensors(mod, params),
                         "default CPU Relax pipeline + dlight CPU reduction rule")
 
 
@@ -189,8 +191,8 @@ def tuned_relax_baseline(
     executable = tvm.compile(applied, tgt)
     notes = (f"MetaSchedule tune_relax, {trials} trials, "
              f"weight pre-pack {'on' if prepack else 'off'}")
-    return _vm_baseline("metaschedule", executable, inputs, _weight_tensors(mod, params), notes,
-                        tuning=summary, prepacked=prepack)
+    return _vm_baseline("metaschedule", executable, tgt, inputs, _weight_tensors(mod, params),
+                        notes, tuning=summary, prepacked=prepack)
 
 
 def network_baseline(name: str, network: NetworkBuild, inputs: Sequence[np.ndarray],
@@ -198,7 +200,7 @@ def network_baseline(name: str, network: NetworkBuild, inputs: Sequence[np.ndarr
     """A layout-transformed network (``altenv.graph.network.build_network``) as a
     :class:`Baseline`; its weights are already in their physical layouts."""
     weights = [tvm.runtime.tensor(p, tvm.cpu(0)) for p in network.params]
-    return _vm_baseline(name, network.built.executable, inputs, weights, notes)
+    return _vm_baseline(name, network.built.executable, network.target, inputs, weights, notes)
 
 
 def _torch_module_setup(module: torch.nn.Module, inputs: list[np.ndarray]
