@@ -229,17 +229,23 @@ def test_pad_makes_a_non_dividing_split_legal():
     np.testing.assert_array_equal(layout.invert(layout.apply(x)), x)
 
 
+@pytest.mark.parametrize("shape", [(2, 6, 5, 4), (2, 16, 12, 12)])
 @pytest.mark.parametrize("seed", range(6))
-def test_conversion_func_matches_numpy(seed):
+def test_conversion_func_matches_numpy(seed, shape):
+    """Plain and as the network build schedules it for two cores (the larger shape is
+    parallel)."""
     import tvm
 
+    from altenv.graph.spatial import parallel_spatial
     from altenv.layout.convert import conversion_func
 
     rng = np.random.default_rng(seed)
-    shape = (2, 6, 5, 4)
     src, dst = random_layout(shape, rng, steps=3), random_layout(shape, rng, steps=3)
     x = rand(shape, seed).astype("float32")
-    lib = tvm.compile(conversion_func(src, dst), target="llvm")
+    func = conversion_func(src, dst)
+    if seed % 2:
+        func = parallel_spatial(func, cores=2)
+    lib = tvm.compile(func, target="llvm")
     a = tvm.runtime.tensor(src.apply(x))
     b = tvm.runtime.tensor(np.full(dst.shape, np.nan, dtype="float32"))
     lib["main"](a, b)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 import tvm
+from test_spatial import loops_of
 from tvm import relax, tirx, topi
 
 from altenv.export import MANIFEST_FILE, MODEL_FILE, PARAMS_FILE, export_run
@@ -63,13 +64,14 @@ def test_zoo_with_random_layouts_matches_torch(name: str):
     assert len(network.params) == len(network.mod["main"].params) - len(model.inputs)
 
 
-def _hand_graph() -> tuple[TaskGraph, dict[str, np.ndarray]]:
-    """conv1 -> relu -> add(., x) -> conv2 as four separate tasks (no fusion)."""
+def _hand_graph(hw: int = 12) -> tuple[TaskGraph, dict[str, np.ndarray]]:
+    """conv1 -> relu -> add(., x) -> conv2 as four separate tasks (no fusion), on a
+    ``1 x 8 x hw x hw`` input."""
     rng = np.random.default_rng(0)
     w1 = rng.uniform(-1, 1, (8, 8, 3, 3)).astype("float32")
     w2 = rng.uniform(-1, 1, (16, 8, 3, 3)).astype("float32")
     bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType([1, 8, 12, 12], "float32"))
+    x = relax.Var("x", relax.TensorType([1, 8, hw, hw], "float32"))
     with bb.function("main", [x], attrs={"num_input": 1}):
         with bb.dataflow():
             c1 = bb.emit_te(topi.nn.conv2d_nchw, x, relax.const(w1), 1, 1, 1,
@@ -146,6 +148,35 @@ def test_network_programs_are_timed_on_the_targets_cores(monkeypatch):
         assert os.environ["TVM_NUM_THREADS"] == "3"
     finally:
         use_tvm_threads(len(os.sched_getaffinity(0)))
+
+
+def _parallel_funcs(network) -> set[str]:
+    """The PrimFuncs of the network's module with a parallel loop."""
+    return {gv.name_hint for gv, func in network.mod.functions.items()
+            if isinstance(func, tirx.PrimFunc)
+            and tirx.ForKind.PARALLEL in [lp.kind for lp in loops_of(func)]}
+
+
+def test_generated_spatial_funcs_run_in_parallel_on_a_multicore_cpu():
+    """The input's pad-and-convert and the add that writes conv2's padded input are spread
+    over the target's cores (the untuned convolutions are not touched); one core keeps them
+    serial; both compute the same numbers as torch."""
+    from altenv.target import host_cpu_target
+
+    graph, w = _hand_graph(hw=32)
+    x = np.random.default_rng(5).uniform(-1, 1, (1, 8, 32, 32)).astype("float32")
+    t = torch.from_numpy
+    y = torch.relu(torch.conv2d(t(x), t(w["w1"]), padding=1)) + t(x)
+    ref = torch.conv2d(y, t(w["w2"]), padding=1).numpy()
+    multi = build_network(graph, target=host_cpu_target(2))
+    conversions = {c.func for c in multi.conversions}
+    assert conversions and conversions <= _parallel_funcs(multi)
+    assert any(name.startswith("add") for name in _parallel_funcs(multi))
+    assert not any(name.startswith("conv") for name in _parallel_funcs(multi))
+    single = build_network(graph, target=host_cpu_target(1))
+    assert not _parallel_funcs(single)
+    for network in (multi, single):
+        assert rel_err(network.run([x])[0], ref) < 1e-5
 
 
 def test_fold_batch_norm_into_weight_and_bias():

@@ -21,7 +21,10 @@ result of :func:`altenv.graph.propagation.propagate`.
   convolution's input, a conversion before an ``other`` task, and the conversion of the
   network outputs back to their logical layout.
 
-Tasks that cannot be mapped keep their default schedule on logical tensors, with a warning.
+On a CPU target the functions the build generates (conversions, regenerated elementwise
+tasks) get :func:`altenv.graph.spatial.parallel_spatial`: parallel over the target's cores,
+innermost loop vectorized. Tasks that cannot be mapped keep their default schedule on
+logical tensors, with a warning.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from altenv.graph.propagation import (
     propagate,
 )
 from altenv.graph.regen import Regenerable
+from altenv.graph.spatial import parallel_spatial
 from altenv.graph.tasks import TaskGraph
 from altenv.layout import Layout
 from altenv.layout.convert import conversion_func
@@ -322,10 +326,11 @@ def build_network(graph: TaskGraph, factors: Mapping[str, Mapping[str, int]] | N
 def build_plan(plan: NetworkPlan, schedules: Mapping[str, Scheduled] | None = None,
                target: str | dict | tvm.target.Target | None = None) -> NetworkBuild:
     """Rewrite ``main`` from ``plan`` and compile it."""
-    from altenv.target import make_target
+    from altenv.target import make_target, target_cores
 
     tgt = make_target(target)
-    rewriter = _Rewriter(plan, dict(schedules or {}))
+    cores = target_cores(tgt) if tgt.kind.name == "llvm" else None
+    rewriter = _Rewriter(plan, dict(schedules or {}), cores)
     mod = rewriter.run()
     built = compile_module(mod, tgt, rewriter.scheduled)
     return NetworkBuild(plan, mod, built, rewriter.param_names, rewriter.param_values,
@@ -333,11 +338,14 @@ def build_plan(plan: NetworkPlan, schedules: Mapping[str, Scheduled] | None = No
 
 
 class _Rewriter:
-    """Builds the new ``main`` call by call, keeping each tensor's versions by layout."""
+    """Builds the new ``main`` call by call, keeping each tensor's versions by layout. With
+    ``cores`` (a CPU target) the generated spatial functions get :func:`parallel_spatial`."""
 
-    def __init__(self, plan: NetworkPlan, schedules: dict[str, Scheduled]) -> None:
+    def __init__(self, plan: NetworkPlan, schedules: dict[str, Scheduled],
+                 cores: int | None = None) -> None:
         self.plan = plan
         self.schedules = schedules
+        self.cores = cores
         unknown = set(schedules) - set(plan.layouts)
         if unknown:
             log.warning("schedules for tasks %s ignored: not generated with layouts",
@@ -411,7 +419,7 @@ class _Rewriter:
         key = (src, layout, dtype)
         if key not in self.conv_funcs:
             func = conversion_func(src, layout, dtype).without_attr("global_symbol")
-            self.conv_funcs[key] = self.bb.add_func(_noalias(func), "layout_convert")
+            self.conv_funcs[key] = self.bb.add_func(self._spatial(func), "layout_convert")
         gvar = self.conv_funcs[key]
         var = self.bb.emit(relax.call_tir(gvar, [have[src]], relax.TensorType(
             list(layout.shape), dtype)), "convert")
@@ -543,6 +551,11 @@ class _Rewriter:
                         "default schedule", task)
         return func
 
+    def _spatial(self, func: tirx.PrimFunc) -> tirx.PrimFunc:
+        """A generated conversion or elementwise function, scheduled on a CPU target."""
+        func = _noalias(func)
+        return parallel_spatial(func, self.cores) if self.cores else func
+
     def _elementwise(self, index: int) -> tuple[tvm.ir.GlobalVar, list[Any], Layout]:
         plan = self.plan
         call = plan.graph.calls[index]
@@ -560,7 +573,7 @@ class _Rewriter:
         key = (call.task, tuple(sorted(layouts.items(), key=lambda kv: kv[0])), out_layout)
         if key not in self.funcs:
             func = regen.func(layouts, out_layout)
-            self.funcs[key] = self.bb.add_func(_noalias(func), call.task)
+            self.funcs[key] = self.bb.add_func(self._spatial(func), call.task)
         return self.funcs[key], args, out_layout
 
 

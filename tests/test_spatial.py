@@ -1,0 +1,48 @@
+"""CPU schedule of the generated spatial stages (conversions, regenerated elementwise tasks)."""
+
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import s_tir, te, tirx
+
+from altenv.graph.spatial import ITEMS_PER_CORE, parallel_spatial
+from altenv.layout import Layout
+from altenv.layout.convert import conversion_func
+
+
+def loops_of(func: tirx.PrimFunc) -> list[tirx.For]:
+    """The loops around every block of ``func``, outermost first."""
+    sch = s_tir.Schedule(func)
+    return [sch.get(loop) for block in sch.get_child_blocks(sch.get_sblock("root"))
+            for loop in sch.get_loops(block)]
+
+
+def test_outer_loops_fused_until_every_core_has_work_and_inner_vectorized():
+    src = Layout((1, 8, 28, 28))
+    dst = src.pad(2, 1, 1).pad(3, 1, 1).split(1, [-1, 2]).reorder([0, 1, 3, 4, 2])
+    func = parallel_spatial(conversion_func(src, dst), cores=4)
+    loops = loops_of(func)
+    assert [lp.kind for lp in loops] == [tirx.ForKind.PARALLEL, tirx.ForKind.SERIAL,
+                                         tirx.ForKind.VECTORIZED]
+    # (1, 4, 30, 30, 2): 1 * 4 < 32 work items, 1 * 4 * 30 >= 32
+    assert int(loops[0].extent) == 120 >= ITEMS_PER_CORE * 4
+    x = np.random.default_rng(0).standard_normal(src.shape).astype("float32")
+    out = tvm.runtime.tensor(np.full(dst.shape, np.nan, "float32"))
+    tvm.compile(func, target="llvm")["main"](tvm.runtime.tensor(x), out)
+    np.testing.assert_array_equal(out.numpy(), dst.apply(x))
+
+
+def test_small_outputs_and_single_cores_stay_serial():
+    small = conversion_func(Layout((4, 8, 8)), Layout((4, 8, 8)).pad(1, 1, 1))
+    big = conversion_func(Layout((16, 64, 64)), Layout((16, 64, 64)).pad(1, 1, 1))
+    for func in (parallel_spatial(small, cores=8), parallel_spatial(big, cores=1)):
+        assert tirx.ForKind.PARALLEL not in [lp.kind for lp in loops_of(func)]
+
+
+def test_reductions_are_left_alone():
+    a = te.placeholder((64, 64), name="a")
+    k = te.reduce_axis((0, 64), name="k")
+    s = te.compute((64,), lambda i: te.sum(a[i, k], axis=k), name="s")
+    func = te.create_prim_func([a, s])
+    assert parallel_spatial(func, cores=4) is func
