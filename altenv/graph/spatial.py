@@ -33,9 +33,9 @@ def parallel_spatial(func: tirx.PrimFunc, cores: int) -> tirx.PrimFunc:
     if len(blocks) != 1 or any(iv.iter_type != 0 for iv in sch.get(blocks[0]).iter_vars):
         return func
     loops = sch.get_loops(blocks[0])
-    extents = [int(sch.get(loop).extent) for loop in loops]
     if not loops:
         return func
+    extents = [int(sch.get(loop).extent) for loop in loops]
     if len(loops) > 1 and 1 < extents[-1] <= MAX_VECTOR:
         sch.vectorize(loops[-1])
     outer = loops[:-1] if len(loops) > 1 else loops
