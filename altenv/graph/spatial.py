@@ -14,7 +14,9 @@ import math
 
 from tvm import s_tir, tirx
 
-#: Below this many output elements a thread-pool launch costs more than it saves.
+# The three thresholds are set by hand, not tuned: only the schedule as a whole was
+# measured (docs/benchmarks.md, ResNet-18 second run).
+#: Outputs smaller than this stay serial (a thread-pool launch for a few KB of copying).
 PARALLEL_MIN_ELEMENTS = 4096
 #: Work items per core the parallel loop is fused to reach (balances uneven chunks).
 ITEMS_PER_CORE = 8
