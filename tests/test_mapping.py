@@ -108,6 +108,8 @@ def test_realized_layouts_pack_operands_for_the_intrinsic():
     with pytest.raises(ValueError, match="groups"):
         realize("grp:N=1,I=8,O=8,groups=2,H=4,W=4,KH=1,KW=1,dtype=int8",
                 Mapping("avx2_dot_8x4", (("o",), ("rc",))))
+    with pytest.raises(ValueError, match="batched matmuls .* have no intrinsic mappings"):
+        loop_nest("gmm:M=8,N=8,K=8,batch=2,dtype=int8")
 
 
 @pytest.mark.parametrize("spec", [C2D_INT8, "c2d:N=1,I=4,O=8,H=7,W=7,KH=3,KW=3,stride=2,"

@@ -19,7 +19,7 @@ SPECS = {
     "dep": ["dep:N=1,C=8,H=10,W=10,KH=3,KW=3,stride=2,pad=1",
             "dep:N=1,C=6,H=9,W=9,KH=3,KW=3,stride=1,pad=1"],
     "dil": ["dil:N=1,I=4,O=8,H=12,W=12,KH=3,KW=3,pad=2"],
-    "gmm": ["gmm:M=16,N=24,K=8", "gmm:M=12,N=20,K=18"],
+    "gmm": ["gmm:M=16,N=24,K=8", "gmm:M=12,N=20,K=18", "gmm:M=8,N=12,K=16,batch=3"],
     "t2d": ["t2d:N=1,I=4,O=6,H=5,W=5,KH=3,KW=3,stride=2,pad=1",
             "t2d:N=1,I=4,O=6,H=5,W=5,KH=4,KW=4,stride=2,pad=1"],
     "t3d": ["t3d:N=1,I=4,O=4,D=3,H=4,W=4,KD=3,KH=3,KW=3,stride=2"],
@@ -145,9 +145,19 @@ def test_spec_round_trip():
     dep = parse_workload("dep:C=32,H=112,W=112,KH=3,KW=3,stride=1,pad=1")
     assert str(dep).startswith("dep:N=1,C=32")
     assert str(parse_workload("gmm:M=8,N=8,K=8,dtype=int8")) == "gmm:M=8,N=8,K=8,dtype=int8"
+    # a plain matmul's key has no batch (records written before batches still match)
+    assert str(parse_workload("gmm:M=8,N=8,K=8,batch=1")) == "gmm:M=8,N=8,K=8"
+    assert str(parse_workload("gmm:batch=2,M=8,N=8,K=8")) == "gmm:M=8,N=8,K=8,batch=2"
     r3d = "c3d:N=1,I=3,O=64,D=16,H=112,W=112,KD=3,KH=7,KW=7,stride=1x2x2,pad=1x3x3,dilation=1"
     assert str(parse_workload(r3d)) == r3d
     assert parse_workload(r3d.replace("pad=1x3x3", "pad=3x3x3"))["pad"] == 3
+
+
+def test_batched_gmm_template_keeps_the_batch_outermost():
+    layouts = LayoutTemplate("gmm:M=8,N=12,K=16,batch=3").layouts({"mt": 4, "nt": 6, "kt": 8})
+    assert layouts["out"].shape == (3, 2, 2, 4, 6)
+    assert layouts["data"].shape == (3, 2, 2, 4, 8)
+    assert layouts["weight"].shape == (3, 2, 2, 8, 6)
 
 
 def test_bad_layout_names_and_shapes():

@@ -81,3 +81,20 @@ def test_agent_registry_errors():
 def test_budget_split():
     assert Budget.split(1000) == Budget(300, 700)
     assert Budget.split(64).total == 64
+
+
+@pytest.mark.slow
+def test_batched_gmm_tunes_to_a_correct_program(measurer, tmp_path):
+    """Attention's batched products (BERT) are tuned like any GMM: layouts, loops, checks."""
+    task = OpTask("gmm:M=8,N=12,K=16,batch=3")
+    with RecordDB(tmp_path / "records.jsonl") as db:
+        session = TuningSession(task, measurer, db)
+        tune(session, agents.create("random", seed=2), Budget.split(6), batch=16, top_k=2,
+             progress=False)
+        cand, _ = session.best
+        assert cand is not None, [r.error for r in db.records()]
+        program = task.program(cand.factors)
+        assert program.layouts["out"].logical_shape == (3, 8, 12)
+        raw = program.random_inputs(5)
+        out = run_numpy(program, raw, func=session.schedule(cand).mod)
+        np.testing.assert_allclose(out, program.reference(raw), rtol=1e-4, atol=1e-4)

@@ -83,11 +83,13 @@ class ComplexLowering:
 
     def fold(self, weight: np.ndarray, consts: Mapping[int, np.ndarray], channel_axis: int,
              out_ndim: int) -> tuple[np.ndarray, np.ndarray | None]:
-        """Logical weight (matmul: ``[K, N]``) and bias with the affine steps folded in."""
+        """Logical weight (matmul: ``[K, N]`` or ``[B, K, N]``) and bias with the affine
+        steps folded in."""
         w = np.asarray(weight, np.float64)
+        matmul = self.spec.startswith("gmm")
         if self.weight_transposed:
-            w = w.T
-        channels = w.shape[0] if w.ndim > 2 else w.shape[-1]  # conv O I K..., matmul K N
+            w = np.swapaxes(w, -1, -2)
+        channels = w.shape[-1] if matmul else w.shape[0]  # matmul [B] K N, conv O I K...
         scale, shift = np.ones(channels), np.zeros(channels)
         for op, operand in self.affine:
             c = (np.full(channels, operand) if isinstance(operand, float)
@@ -100,10 +102,10 @@ class ComplexLowering:
                 scale, shift = scale * c, shift * c
             else:
                 scale, shift = scale / c, shift / c
-        if w.ndim > 2:  # convolution weight O I K...: output channels first
+        if matmul:
+            w = w * scale
+        else:  # convolution weight O I K...: output channels first
             w = w * scale.reshape((-1,) + (1,) * (w.ndim - 1))
-        else:
-            w = w * scale.reshape(1, -1)
         dtype = np.asarray(weight).dtype
         return w.astype(dtype), shift.astype(dtype) if self.affine else None
 
@@ -133,7 +135,7 @@ def lower_complex(func: tirx.PrimFunc, op: ComplexOp, prologue: Sequence[str],
     params = list(func.params)
     shape = [tuple(int(d) for d in p.ty.shape) for p in params]
     if op.kind == "gmm":
-        pads: tuple[tuple[int, int], ...] = ((0, 0), (0, 0))
+        pads: tuple[tuple[int, int], ...] = ((0, 0),) * (2 + (op.params["batch"] > 1))
         if prologue:
             raise NotMappable(f"matmul prologue {list(prologue)}")
         transposed = bool(op.params["trans_b"])

@@ -22,6 +22,9 @@ def loop_nest(workload: str | Workload) -> LoopNest:
     wl = parse_workload(workload)
     op = operator_for(wl)
     if isinstance(op, MatMul):
+        if op.batch > 1:
+            raise ValueError(f"mapping: batched matmuls ({wl}) have no intrinsic mappings; "
+                             "use mapping: none")
         M, N, K = (wl[k] for k in "MNK")
         loops = (Loop("m", "S", M), Loop("n", "S", N), Loop("rk", "R", K))
         return LoopNest(loops, {"data": frozenset({"m", "rk"}), "weight": frozenset({"rk", "n"}),

@@ -282,24 +282,35 @@ class TransposedConv(Operator):
 
 
 class MatMul(Operator):
-    """GMM ``out[M, N] = data[M, K] @ weight[K, N]``."""
+    """GMM ``out[M, N] = data[M, K] @ weight[K, N]``; with ``batch=B > 1`` a batched matmul
+    ``out[B, M, N] = data[B, M, K] @ weight[B, K, N]`` (attention's products)."""
 
-    channel_axis = 1
-    names = {"data": ["M", "K"], "weight": ["K", "N"], "out": ["M", "N"]}
+    def __init__(self, workload: Workload):
+        super().__init__(workload)
+        self.batch = int(workload.params.get("batch", 1))
+        lead = ["B"] if self.batch > 1 else []
+        self.names = {"data": lead + ["M", "K"], "weight": lead + ["K", "N"],
+                      "out": lead + ["M", "N"]}
+        self.channel_axis = len(lead) + 1
+
+    def _lead(self) -> tuple[int, ...]:
+        return (self.batch,) if self.batch > 1 else ()
 
     def input_shapes(self) -> dict[str, Shape]:
         p = self.workload.params
-        return {"data": (p["M"], p["K"]), "weight": (p["K"], p["N"])}
+        return {"data": self._lead() + (p["M"], p["K"]),
+                "weight": self._lead() + (p["K"], p["N"])}
 
     def out_shape(self) -> Shape:
-        return (self.workload["M"], self.workload["N"])
+        return self._lead() + (self.workload["M"], self.workload["N"])
 
     def reduce_extents(self) -> list[tuple[str, int]]:
         return [("rk", self.workload["K"])]
 
     def body(self, read: Read, out: list[Any], red: list[Any]) -> Any:
-        (m, n), (k,) = out, red
-        return self.cast(read("data", [m, k])) * self.cast(read("weight", [k, n]))
+        *lead, m, n = out
+        (k,) = red
+        return self.cast(read("data", [*lead, m, k])) * self.cast(read("weight", [*lead, k, n]))
 
     def reference(self, raw: dict[str, np.ndarray]) -> np.ndarray:
         return _to_out(self, _torch(raw["data"]) @ _torch(raw["weight"]))

@@ -4,8 +4,9 @@ Convolutions: output ``N H/ht W/wt O/ot ht wt ot``; input unfolded so each outpu
 reads one overlapped input tile, ``N H/ht W/wt I/it (ht+KH-1) (wt+KW-1) it`` (with stride
 and dilation folded into the tile size); weight ``O/ot' I/it' KH KW it' ot'`` — six
 tunables for C2D (``ht wt ot it it_w ot_w``). GMM: ``M/mt N/nt mt nt``,
-``M/mt K/kt mt kt``, ``K/kt N/nt kt nt`` — three tunables. Transposed convolutions read
-their input through a gather, not a window, so their input template tiles channels only.
+``M/mt K/kt mt kt``, ``K/kt N/nt kt nt`` — three tunables (a batched GMM keeps its batch
+dim outermost). Transposed convolutions read their input through a gather, not a window,
+so their input template tiles channels only.
 Multi-level templates (``levels=2``) tile the output and weight dims twice, as
 ``N H/(ht'ht) W/(wt'wt) O/(ot'ot) ht' wt' ot' ht wt ot``.
 """
@@ -135,10 +136,11 @@ class LayoutTemplate:
         names = self.op.names
         if isinstance(self.op, MatMul):
             mt, nt, kt = factors["mt"], factors["nt"], factors["kt"]
+            lead = [[1]] * (self.op.batch > 1)  # the batch stays outermost, untiled
             return {
-                "out": _tile(Layout(self.op.out_shape(), names["out"]), [[mt], [nt]]),
-                "data": _tile(Layout(shapes["data"], names["data"]), [[mt], [kt]]),
-                "weight": _tile(Layout(shapes["weight"], names["weight"]), [[kt], [nt]]),
+                "out": _tile(Layout(self.op.out_shape(), names["out"]), lead + [[mt], [nt]]),
+                "data": _tile(Layout(shapes["data"], names["data"]), lead + [[mt], [kt]]),
+                "weight": _tile(Layout(shapes["weight"], names["weight"]), lead + [[kt], [nt]]),
             }
         op = self.op
         spatial = [self._tiles(factors, s.lower() + "t") for s in names["out"][2:]]

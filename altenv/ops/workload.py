@@ -23,7 +23,7 @@ KEYS: dict[str, tuple[tuple[str, ...], dict[str, int]]] = {
     "grp": (("I", "O", "groups") + _SPATIAL[2] + _KERNEL[2], dict(_CONV_OPT)),
     "dep": (("C",) + _SPATIAL[2] + _KERNEL[2], dict(_CONV_OPT)),
     "dil": (("I", "O") + _SPATIAL[2] + _KERNEL[2], {**_CONV_OPT, "dilation": 2}),
-    "gmm": (("M", "N", "K"), {}),
+    "gmm": (("M", "N", "K"), {"batch": 1}),
     "t2d": (("I", "O") + _SPATIAL[2] + _KERNEL[2], {"N": 1, "stride": 1, "pad": 0}),
     "t3d": (("I", "O") + _SPATIAL[3] + _KERNEL[3], {"N": 1, "stride": 1, "pad": 0}),
 }
@@ -49,6 +49,8 @@ class Workload:
         required, optional = KEYS[self.kind]
         batch = ["N"] if self.kind != "gmm" else []
         keys = batch + list(required) + [k for k in optional if k not in required + tuple(batch)]
+        if self.kind == "gmm" and self.params["batch"] == 1:
+            keys.remove("batch")  # a plain matmul keeps the key it had before batches
         body = ",".join(f"{k}={_fmt(self.params[k])}" for k in keys)
         if self.dtype != "float32":
             body += f",dtype={self.dtype}"
