@@ -179,6 +179,25 @@ def test_generated_spatial_funcs_run_in_parallel_on_a_multicore_cpu():
         assert rel_err(network.run([x])[0], ref) < 1e-5
 
 
+def test_tasks_kept_as_they_are_get_cpu_schedules():
+    """BERT-tiny's layer norms and softmaxes are not tuned: on two cores they run their rows
+    in parallel (dlight's CPU reduction rule); one core leaves them alone; the network still
+    matches torch."""
+    from altenv.target import host_cpu_target
+
+    model = load_model("bert_tiny", size="small")
+    graph = extract_tasks(model)
+    kept = {c.task for c in graph.calls if c.op is None and c.task.startswith(
+        ("layer_norm", "fused_softmax"))}
+    assert kept
+    x = model.random_inputs(2)
+    multi = build_network(graph, target=host_cpu_target(2))
+    assert kept <= _parallel_funcs(multi)
+    assert max_rel_err(multi.run(x), model.reference(x)) < 1e-4
+    single = build_network(graph, target=host_cpu_target(1))
+    assert not kept & _parallel_funcs(single)
+
+
 def test_fold_batch_norm_into_weight_and_bias():
     lowering = ComplexLowering("c2d:N=1,I=2,H=4,W=4,O=3,KH=1,KW=1", 0, 1, False,
                                (("sub", 2), ("div", 3), ("mul", 4), ("add", 5)), None,

@@ -1,14 +1,16 @@
-"""CPU schedule of the generated spatial stages (conversions, regenerated elementwise tasks)."""
+"""CPU schedules of the functions a network build does not tune: generated spatial stages
+(conversions, regenerated elementwise tasks) and tasks kept as they are (softmax, pooling)."""
 
 from __future__ import annotations
 
 import numpy as np
 import tvm
-from tvm import s_tir, te, tirx
+from tvm import s_tir, te, tirx, topi
 
-from altenv.graph.spatial import ITEMS_PER_CORE, parallel_spatial
+from altenv.graph.spatial import ITEMS_PER_CORE, parallel_spatial, untuned_schedule
 from altenv.layout import Layout
 from altenv.layout.convert import conversion_func
+from altenv.target import make_target
 
 
 def loops_of(func: tirx.PrimFunc) -> list[tirx.For]:
@@ -46,3 +48,44 @@ def test_reductions_are_left_alone():
     s = te.compute((64,), lambda i: te.sum(a[i, k], axis=k), name="s")
     func = te.create_prim_func([a, s])
     assert parallel_spatial(func, cores=4) is func
+
+
+def _run(func: tirx.PrimFunc, inputs: list[np.ndarray], out_shape: tuple[int, ...]
+         ) -> np.ndarray:
+    out = tvm.runtime.tensor(np.full(out_shape, np.nan, "float32"))
+    tvm.compile(func, target="llvm")["main"](*(tvm.runtime.tensor(x) for x in inputs), out)
+    return out.numpy()
+
+
+def test_untuned_softmax_gets_dlight_rows_in_parallel():
+    x = te.placeholder((2, 64, 48), name="x")
+    func = te.create_prim_func([x, topi.nn.softmax(x, axis=-1)])
+    scheduled = untuned_schedule(func, make_target(None), cores=2)
+    kinds = [lp.kind for lp in loops_of(scheduled)]
+    assert tirx.ForKind.PARALLEL in kinds and tirx.ForKind.VECTORIZED in kinds
+    data = np.random.default_rng(1).standard_normal((2, 64, 48)).astype("float32")
+    np.testing.assert_allclose(_run(scheduled, [data], (2, 64, 48)),
+                               _run(func, [data], (2, 64, 48)), rtol=1e-6)
+
+
+def test_untuned_pool_inlines_its_padding_and_runs_its_spatial_loops_in_parallel():
+    x = te.placeholder((1, 16, 28, 28), name="x")
+    pool = topi.nn.pool2d(x, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), "max")
+    func = te.create_prim_func([x, pool])
+    sch = s_tir.Schedule(func)
+    assert len(sch.get_child_blocks(sch.get_sblock("root"))) == 2  # pad, then the pool
+    scheduled = untuned_schedule(func, make_target(None), cores=2)
+    loops = loops_of(scheduled)
+    assert loops[0].kind == tirx.ForKind.PARALLEL and int(loops[0].extent) >= ITEMS_PER_CORE * 2
+    assert all(lp.kind == tirx.ForKind.SERIAL for lp in loops[-2:])  # the window: a reduction
+    data = np.random.default_rng(2).standard_normal((1, 16, 28, 28)).astype("float32")
+    np.testing.assert_array_equal(_run(scheduled, [data], (1, 16, 14, 14)),
+                                  _run(func, [data], (1, 16, 14, 14)))
+
+
+def test_untuned_leaves_what_neither_rule_fits():
+    a = te.placeholder((64, 64), name="a")
+    k = te.reduce_axis((0, 64), name="k")
+    total = te.compute((1,), lambda i: te.sum(a[k, k], axis=k), name="trace")
+    func = te.create_prim_func([a, total])  # no spatial loop to spread
+    assert untuned_schedule(func, make_target(None), cores=2) is func

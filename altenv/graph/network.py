@@ -23,8 +23,9 @@ result of :func:`altenv.graph.propagation.propagate`.
 
 On a CPU target the functions the build generates (conversions, regenerated elementwise
 tasks) get :func:`altenv.graph.spatial.parallel_spatial`: parallel over the target's cores,
-innermost loop vectorized. Tasks that cannot be mapped keep their default schedule on
-logical tensors, with a warning.
+innermost loop vectorized. Tasks kept as the frontend fused them (softmax, norms, pooling,
+and complex tasks that cannot be mapped, with a warning) stay on logical tensors with
+:func:`altenv.graph.spatial.untuned_schedule`.
 """
 
 from __future__ import annotations
@@ -52,10 +53,11 @@ from altenv.graph.propagation import (
     propagate,
 )
 from altenv.graph.regen import Regenerable
-from altenv.graph.spatial import parallel_spatial
+from altenv.graph.spatial import parallel_spatial, untuned_schedule
 from altenv.graph.tasks import TaskGraph
 from altenv.layout import Layout
 from altenv.layout.convert import conversion_func
+from altenv.target import target_cores
 
 log = logging.getLogger(__name__)
 
@@ -326,11 +328,10 @@ def build_network(graph: TaskGraph, factors: Mapping[str, Mapping[str, int]] | N
 def build_plan(plan: NetworkPlan, schedules: Mapping[str, Scheduled] | None = None,
                target: str | dict | tvm.target.Target | None = None) -> NetworkBuild:
     """Rewrite ``main`` from ``plan`` and compile it."""
-    from altenv.target import make_target, target_cores
+    from altenv.target import make_target
 
     tgt = make_target(target)
-    cores = target_cores(tgt) if tgt.kind.name == "llvm" else None
-    rewriter = _Rewriter(plan, dict(schedules or {}), cores)
+    rewriter = _Rewriter(plan, dict(schedules or {}), tgt if tgt.kind.name == "llvm" else None)
     mod = rewriter.run()
     built = compile_module(mod, tgt, rewriter.scheduled)
     return NetworkBuild(plan, mod, built, rewriter.param_names, rewriter.param_values,
@@ -339,13 +340,15 @@ def build_plan(plan: NetworkPlan, schedules: Mapping[str, Scheduled] | None = No
 
 class _Rewriter:
     """Builds the new ``main`` call by call, keeping each tensor's versions by layout. With
-    ``cores`` (a CPU target) the generated spatial functions get :func:`parallel_spatial`."""
+    a CPU ``target`` the generated spatial functions get :func:`parallel_spatial` and the
+    tasks kept as they are :func:`untuned_schedule`."""
 
     def __init__(self, plan: NetworkPlan, schedules: dict[str, Scheduled],
-                 cores: int | None = None) -> None:
+                 target: tvm.target.Target | None = None) -> None:
         self.plan = plan
         self.schedules = schedules
-        self.cores = cores
+        self.target = target
+        self.cores = target_cores(target) if target is not None else None
         unknown = set(schedules) - set(plan.layouts)
         if unknown:
             log.warning("schedules for tasks %s ignored: not generated with layouts",
@@ -365,6 +368,7 @@ class _Rewriter:
         self.conv_funcs: dict[tuple[Layout, Layout, str], tvm.ir.GlobalVar] = {}
         self.funcs: dict[Any, tvm.ir.GlobalVar] = {}
         self.scheduled: set[str] = set()
+        self.untuned: set[str] = set()
         self.remap: dict[Any, Any] = dict(zip(self.main.params, self.inputs))
         self.var_tensor: dict[Any, str] = {}
 
@@ -471,7 +475,7 @@ class _Rewriter:
         elif op.kind == ELEMENTWISE:
             gvar, args, layout = self._elementwise(index)
         else:
-            gvar = self.bb.get().get_global_var(call.task)
+            gvar = self._untuned(call.task)
             args = [self._read(index, a, None) for a in plan.args[index]]
             layout = Layout(call.shape)
         var = self.bb.emit(relax.call_tir(gvar, args, relax.TensorType(list(layout.shape),
@@ -557,6 +561,16 @@ class _Rewriter:
         """A generated conversion or elementwise function, scheduled on a CPU target."""
         func = _noalias(func)
         return parallel_spatial(func, self.cores) if self.cores else func
+
+    def _untuned(self, task: str) -> tvm.ir.GlobalVar:
+        """The function of a task kept as the frontend fused it, scheduled (once) by
+        :func:`untuned_schedule` on a CPU target."""
+        gvar = self.bb.get().get_global_var(task)
+        if self.target is not None and task not in self.untuned:
+            self.untuned.add(task)
+            func = self.bb.get()[gvar]
+            self.bb.update_func(gvar, untuned_schedule(func, self.target, self.cores))
+        return gvar
 
     def _elementwise(self, index: int) -> tuple[tvm.ir.GlobalVar, list[Any], Layout]:
         plan = self.plan

@@ -1,18 +1,25 @@
-"""CPU schedule of the spatial stages a network build generates (layout conversions,
-regenerated elementwise tasks).
+"""CPU schedules of the functions a network build does not tune.
 
-Both are one TE stage whose loops run over the output's physical shape. Left unscheduled
-they are one serial scalar loop nest: on MobileNet-V2 the conversions alone took a third of
-the network's latency. :func:`parallel_spatial` spreads the outer loops over the target's
-cores and vectorizes the innermost one; where a padding condition varies along that loop,
-TVM's vectorizer keeps it scalar (it never loads outside a buffer).
+* The spatial stages it generates (layout conversions, regenerated elementwise tasks): one
+  TE stage whose loops run over the output's physical shape. Left unscheduled they are one
+  serial scalar loop nest: on MobileNet-V2 the conversions alone took a third of the
+  network's latency. :func:`parallel_spatial` spreads the outer loops over the target's
+  cores and vectorizes the innermost one; where a padding condition varies along that
+  loop, TVM's vectorizer keeps it scalar (it never loads outside a buffer).
+* The tasks it keeps as the frontend fused them (softmax, layer norm, pooling, a complex
+  task it cannot map): :func:`untuned_schedule` gives them dlight's CPU reduction rule
+  where it applies, else runs the leading spatial loops of their last block in parallel.
 """
 
 from __future__ import annotations
 
 import math
 
+import tvm
+import tvm_ffi
 from tvm import s_tir, tirx
+from tvm.s_tir import dlight as dl
+from tvm.s_tir.dlight.analysis import normalize_prim_func
 
 # The three thresholds are set by hand, not tuned: only the schedule as a whole was
 # measured (docs/benchmarks.md, ResNet-18 second run).
@@ -37,15 +44,59 @@ def parallel_spatial(func: tirx.PrimFunc, cores: int) -> tirx.PrimFunc:
     loops = sch.get_loops(blocks[0])
     if not loops:
         return func
-    extents = [int(sch.get(loop).extent) for loop in loops]
-    if len(loops) > 1 and 1 < extents[-1] <= MAX_VECTOR:
+    changed = _parallel_vectorize(sch, loops, [int(sch.get(loop).extent) for loop in loops],
+                                  len(loops), cores)
+    return sch.mod["main"] if changed else func
+
+
+def untuned_schedule(func: tirx.PrimFunc, target: tvm.target.Target, cores: int
+                     ) -> tirx.PrimFunc:
+    """``func``, a task the build keeps as it is, scheduled for ``cores`` CPU cores: dlight's
+    CPU reduction rule where it matches and there are cores to share (softmax, layer norm:
+    rows in parallel, injective stages vectorized); otherwise, when every block but the last
+    can be inlined (a pool's padding), the last block's leading spatial loops fused into one
+    parallel loop and its innermost loop vectorized when spatial and at most ``MAX_VECTOR``
+    wide. Functions neither applies to are returned as they are."""
+    if cores > 1:
+        with target:
+            mod = dl.ApplyDefaultSchedule(dl.cpu.Reduction())(tvm.IRModule({"main": func}))
+        if not tvm_ffi.structural_equal(mod["main"], func):
+            return mod["main"]
+    sch = s_tir.Schedule(func)
+    *producers, _ = sch.get_child_blocks(sch.get_sblock("root"))
+    try:
+        for block in producers:
+            sch.compute_inline(block)
+    except RuntimeError:  # a ScheduleError: a block that does not inline
+        return func
+    infos = normalize_prim_func(sch)
+    if not infos or len(infos) != 1:
+        return func
+    iters = infos[0].iters
+    spatial = next((i for i, it in enumerate(iters) if it.kind != "S"), len(iters))
+    if not iters or any(not isinstance(it.dom, int) for it in iters):
+        return func
+    changed = _parallel_vectorize(sch, [it.loop_rv for it in iters],
+                                  [int(it.dom) for it in iters], spatial, cores)
+    return sch.mod["main"] if changed else func
+
+
+def _parallel_vectorize(sch: s_tir.Schedule, loops: list, extents: list[int], spatial: int,
+                        cores: int) -> bool:
+    """Vectorize the innermost loop when it is one of the ``spatial`` leading (data-parallel)
+    loops, not the only loop, and at most ``MAX_VECTOR`` wide; fuse the leading spatial loops
+    outside it until ``ITEMS_PER_CORE * cores`` items and mark them parallel, when the loop
+    nest does ``PARALLEL_MIN_ELEMENTS`` iterations or more. Returns whether it did either."""
+    vector = len(loops) > 1 and spatial == len(loops) and 1 < extents[-1] <= MAX_VECTOR
+    if vector:
         sch.vectorize(loops[-1])
-    outer = loops[:-1] if len(loops) > 1 else loops
-    if cores > 1 and math.prod(extents) >= PARALLEL_MIN_ELEMENTS:
+    outer = loops[:min(spatial, len(loops) - 1)] if len(loops) > 1 else loops[:spatial]
+    if cores > 1 and outer and math.prod(extents) >= PARALLEL_MIN_ELEMENTS:
         count, work = 0, 1
         while count < len(outer) and work < ITEMS_PER_CORE * cores:
             work *= extents[count]
             count += 1
         fused = sch.fuse(*outer[:count]) if count > 1 else outer[0]
         sch.parallel(fused)
-    return sch.mod["main"]
+        return True
+    return vector
