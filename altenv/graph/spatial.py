@@ -73,9 +73,9 @@ def untuned_schedule(func: tirx.PrimFunc, target: tvm.target.Target, cores: int
     if not infos or len(infos) != 1:
         return func
     iters = infos[0].iters
-    spatial = next((i for i, it in enumerate(iters) if it.kind != "S"), len(iters))
     if not iters or any(not isinstance(it.dom, int) for it in iters):
         return func
+    spatial = next((i for i, it in enumerate(iters) if it.kind != "S"), len(iters))
     changed = _parallel_vectorize(sch, [it.loop_rv for it in iters],
                                   [int(it.dom) for it in iters], spatial, cores)
     return sch.mod["main"] if changed else func

@@ -49,7 +49,7 @@ class Workload:
         required, optional = KEYS[self.kind]
         batch = ["N"] if self.kind != "gmm" else []
         keys = batch + list(required) + [k for k in optional if k not in required + tuple(batch)]
-        if self.kind == "gmm" and self.params["batch"] == 1:
+        if self.kind == "gmm" and self.params.get("batch", 1) == 1:
             keys.remove("batch")  # a plain matmul keeps the key it had before batches
         body = ",".join(f"{k}={_fmt(self.params[k])}" for k in keys)
         if self.dtype != "float32":
