@@ -207,3 +207,39 @@ def test_isolated_run_times_blocks_in_its_own_process():
     assert process.poll() is not None
     with pytest.raises(RuntimeError, match="isolated baseline: ValueError: no such model"):
         IsolatedRun(_failing_setup, 1)
+
+
+def test_a_wrong_tuned_function_is_built_untuned_and_named(target) -> None:
+    """A tuned program that computes wrong results (here: a doubled add standing in for
+    MetaSchedule's layout rewrite of BERT's token-type table, which drops the row index) is
+    found by trying each tuned function alone, and built untuned; the rest stays tuned."""
+    from altenv.baselines.network import _checked_build
+    from altenv.graph.build import with_func
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType([4, 16], "float32"))
+    w = relax.Var("w", relax.TensorType([4, 16], "float32"))
+    with bb.function("main", [x, w], attrs={"num_input": 1}):
+        with bb.dataflow():
+            added = bb.emit_te(lambda a, b: te.compute(a.shape, lambda i, j: a[i, j] + b[i, j],
+                                                       name="add"), x, w, primfunc_name_hint="add")
+            out = bb.emit_output(bb.emit_te(lambda a: te.compute(
+                a.shape, lambda i, j: a[i, j] * 3.0, name="scale"), added,
+                primfunc_name_hint="scale"))
+        bb.emit_func_output(out)
+    fused = bb.get()
+    doubled = te.placeholder((4, 16), name="a"), te.placeholder((4, 16), name="b")
+    wrong = te.create_prim_func([*doubled, te.compute(
+        (4, 16), lambda i, j: 2.0 * (doubled[0][i, j] + doubled[1][i, j]))])
+    sch = tvm.s_tir.Schedule(fused["scale"])
+    sch.parallel(sch.get_loops(sch.get_sblock("scale"))[0])  # a correct tuned function
+    applied = with_func(with_func(fused, "add", wrong.without_attr("global_symbol")),
+                        "scale", sch.mod["main"])
+    rng = np.random.default_rng(0)
+    xs, ws = (rng.uniform(-1, 1, (4, 16)).astype("float32") for _ in range(2))
+    weights = [tvm.runtime.tensor(ws)]
+    executable, untuned = _checked_build(fused, applied, target, False, [xs], weights)
+    assert untuned == ["add"]
+    vm = relax.VirtualMachine(executable, tvm.cpu(0))
+    np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(xs), *weights).numpy(),
+                               (xs + ws) * 3.0, rtol=1e-6)

@@ -5,6 +5,7 @@ with weight pre-packing, TVM's untuned default build, and a torch module in eage
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -13,14 +14,17 @@ from pathlib import Path
 import numpy as np
 import torch
 import tvm
-from tvm import relax
+import tvm_ffi
+from tvm import relax, tirx
 from tvm.relax import pipeline as relax_pipeline
 from tvm.relax.backend.cpu_generic import pipeline as cpu_pipeline
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.search_strategy import SearchStrategy
 
+from ..graph.build import with_func
 from ..graph.network import NetworkBuild
 from ..measure import MeasureConfig
+from ..measure.check import WrongResultError, max_relative_error
 from ..target import make_target, target_cores, use_tvm_threads
 from .base import (
     Baseline,
@@ -33,6 +37,8 @@ from .base import (
 )
 from .isolated import IsolatedRun
 from .operator import TargetSpec
+
+log = logging.getLogger(__name__)
 
 
 def weight_names(mod: tvm.IRModule) -> list[str]:
@@ -183,16 +189,60 @@ def tuned_relax_baseline(
                             tuning_seconds, str(work_dir))
     with tgt, database:
         applied = relax.transform.MetaScheduleApplyDatabase()(fused)
-    if prepack:
-        with tgt:
-            applied = tvm.transform.Sequential([
-                relax.transform.SplitLayoutRewritePreproc(), relax.transform.LiftTransformParams(),
-                relax.transform.FoldConstant()])(applied)
-    executable = tvm.compile(applied, tgt)
+    weights = _weight_tensors(mod, params)
+    executable, wrong = _checked_build(fused, applied, tgt, prepack, inputs, weights)
     notes = (f"MetaSchedule tune_relax, {trials} trials, "
              f"weight pre-pack {'on' if prepack else 'off'}")
-    return _vm_baseline("metaschedule", executable, tgt, inputs, _weight_tensors(mod, params),
-                        notes, tuning=summary, prepacked=prepack)
+    if wrong:
+        notes += f"; built untuned (their tuned programs compute wrong results): {wrong}"
+    return _vm_baseline("metaschedule", executable, tgt, inputs, weights, notes, tuning=summary,
+                        prepacked=prepack)
+
+
+def _checked_build(fused: tvm.IRModule, applied: tvm.IRModule, target: tvm.target.Target,
+                   prepack: bool, inputs: Sequence[np.ndarray],
+                   weights: list[tvm.runtime.Tensor]) -> tuple[tvm.runtime.Executable, list[str]]:
+    """Compile ``applied`` (``fused`` with tuned schedules) and check it on ``inputs`` against
+    ``fused`` compiled untuned. When they differ, each tuned function is tried alone on the
+    untuned module, and those that change the result are built untuned: a wrong tuned program
+    (e.g. MetaSchedule's layout rewrite of an embedding table read at a data-dependent row,
+    which drops the row) is isolated instead of ending the run. Returns the executable and
+    the names of the functions built untuned."""
+    def build(module: tvm.IRModule) -> tvm.runtime.Executable:
+        if prepack:
+            with target:
+                module = tvm.transform.Sequential([
+                    relax.transform.SplitLayoutRewritePreproc(),
+                    relax.transform.LiftTransformParams(),
+                    relax.transform.FoldConstant()])(module)
+        return tvm.compile(module, target)
+
+    def outputs(executable: tvm.runtime.Executable) -> list[np.ndarray]:
+        vm = relax.VirtualMachine(executable, tvm.cpu(0))
+        args = list(vm["main_transform_params"](weights)) if prepack else weights
+        return _flatten(vm["main"](*(tvm.runtime.tensor(np.ascontiguousarray(x))
+                                     for x in inputs), *args))
+
+    def agrees(got: list[np.ndarray]) -> bool:
+        return all(max_relative_error(a, b) <= 1e-4 for a, b in zip(got, expected))
+
+    executable = build(applied)
+    expected = outputs(build(fused))
+    if agrees(outputs(executable)):
+        return executable, []
+    tuned = [gv.name_hint for gv, func in applied.functions.items()
+             if isinstance(func, tirx.PrimFunc)
+             and not tvm_ffi.structural_equal(func, fused[gv.name_hint])]
+    wrong = [name for name in tuned
+             if not agrees(outputs(build(with_func(fused, name, applied[name]))))]
+    for name in wrong:
+        log.warning("metaschedule: the tuned %s computes wrong results; built untuned", name)
+        applied = with_func(applied, name, fused[name])
+    executable = build(applied)
+    if not agrees(outputs(executable)):
+        raise WrongResultError("metaschedule: the tuned network computes wrong results, and no "
+                               f"single tuned function explains it (tuned: {tuned})")
+    return executable, wrong
 
 
 def network_baseline(name: str, network: NetworkBuild, inputs: Sequence[np.ndarray],
