@@ -174,7 +174,7 @@ def plan_network(graph: TaskGraph, factors: Mapping[str, Mapping[str, int]] | No
                 lowering = _lower(task, call_args, tensors, call.shape)
             except NotMappable as err:
                 fallbacks[call.index] = str(err)
-                log.warning("task %s (call %d): %s; it keeps its default schedule on logical "
+                log.warning("task %s (call %d): %s; it is not tuned and stays on logical "
                             "tensors", call.task, call.index, err)
             else:
                 lowerings[call.index] = lowering
