@@ -62,6 +62,11 @@ class ComplexLowering:
         steps += ("residual",) if self.residual_arg is not None else ()
         return steps + ((self.activation,) if self.activation else ())
 
+    @property
+    def matmul(self) -> bool:
+        """Whether the call is a (batched) matmul: its bias runs along the last output dim."""
+        return self.spec.startswith("gmm")
+
     def template(self) -> LayoutTemplate:
         return LayoutTemplate(self.spec)
 
@@ -86,7 +91,7 @@ class ComplexLowering:
         """Logical weight (matmul: ``[K, N]`` or ``[B, K, N]``) and bias with the affine
         steps folded in."""
         w = np.asarray(weight, np.float64)
-        matmul = self.spec.startswith("gmm")
+        matmul = self.matmul
         if self.weight_transposed:
             w = np.swapaxes(w, -1, -2)
         channels = w.shape[-1] if matmul else w.shape[0]  # matmul [B] K N, conv O I K...

@@ -511,7 +511,7 @@ class _Rewriter:
         bias = None
         if _is_const(weight_expr):
             consts = {k: a.value.numpy() for k, a in enumerate(call_args) if _is_const(a)}
-            axis = len(call.shape) - 1 if lowering.spec.startswith("gmm") else 1
+            axis = len(call.shape) - 1 if lowering.matmul else 1
             weight, bias = lowering.fold(consts[lowering.weight_arg], consts, axis,
                                          len(call.shape))
             args.append(self._new_param(f"w{index}", layouts["weight"].apply(weight)))
