@@ -23,7 +23,7 @@ import numpy as np
 import tvm
 
 from altenv.graph.frontend import ImportedModel
-from altenv.graph.network import NetworkBuild, Scheduled, build_network
+from altenv.graph.network import NetworkBuild, ReadThrough, Scheduled, build_network
 from altenv.graph.tasks import extract_tasks
 
 MODEL_FILE, PARAMS_FILE, MANIFEST_FILE = "model.so", "params.npz", "manifest.json"
@@ -58,6 +58,7 @@ def manifest(network: NetworkBuild, extras: Mapping[str, Any] | None = None) -> 
         "tasks": tasks,
         "fallbacks": {plan.graph.calls[i].task: reason for i, reason in plan.fallbacks.items()},
         "conversions": len(network.conversions),
+        "reads_through": len(network.reads_through),
         "tvm_version": tvm.__version__,
     }
     data.update(extras or {})
@@ -90,16 +91,18 @@ def export_run(model: ImportedModel, output_dir: str | Path,
                schedules: Mapping[str, Scheduled] | None = None,
                target: str | dict | tvm.target.Target | None = None,
                check_tol: float | None = 1e-4,
-               manifest_extras: Mapping[str, Any] | None = None) -> tuple[Path, NetworkBuild]:
-    """Build ``model`` with the tuned ``factors`` and ``schedules`` per task (as recorded
-    by a run), check it against the source framework on seeded random inputs (relative
-    error at most ``check_tol``; ``None`` skips the check) and export it.
+               manifest_extras: Mapping[str, Any] | None = None,
+               read_through: ReadThrough = None) -> tuple[Path, NetworkBuild]:
+    """Build ``model`` with the tuned ``factors`` and ``schedules`` per task and the calls
+    that ``read_through`` their input (as recorded by a run), check it against the source
+    framework on seeded random inputs (relative error at most ``check_tol``; ``None`` skips
+    the check) and export it.
 
     Returns the export directory and the built network.
     """
     from altenv.graph.build import max_rel_err
 
-    network = build_network(extract_tasks(model), factors, schedules, target)
+    network = build_network(extract_tasks(model), factors, schedules, target, read_through)
     extras: dict[str, Any] = {"model": model.name, "source_hash": model.source_hash}
     if check_tol is not None and model.torch_module is not None:
         inputs = model.random_inputs(0)

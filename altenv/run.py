@@ -240,9 +240,10 @@ def tune_model(cfg: RunConfig, progress: bool = True) -> RunResult:
                           "layouts": task.layouts_json(cand.factors)}
         log.close()
         cost_model.save(cfg.run_dir / "costmodel.npz")
-    (cfg.run_dir / "best.json").write_text(json.dumps({"model": cfg.model, "tasks": best},
-                                                      indent=1))
-    network = build_network(graph, factors, schedules, cfg.target)
+    network = build_network(graph, factors, schedules, cfg.target, read_through="measure")
+    (cfg.run_dir / "best.json").write_text(json.dumps(
+        {"model": cfg.model, "tasks": best, "read_through": list(network.reads_through)},
+        indent=1))
     inputs = model.random_inputs(cfg.seed + 1)
     expected = model.reference(inputs)
     err = max_rel_err(network.run(inputs), expected)
@@ -259,6 +260,7 @@ def tune_model(cfg: RunConfig, progress: bool = True) -> RunResult:
     summary = {"name": cfg.name, "model": cfg.model, "trials": trials,
                "resumed_records": previous, "tuning_seconds": elapsed,
                "max_rel_err_vs_torch": err, "conversions": len(network.conversions),
+               "reads_through": len(network.reads_through),
                "fallback_calls": len(plan.fallbacks), "timings": timings,
                "speedup": {n: t["median_s"] / timings["altenv"]["median_s"]
                            for n, t in timings.items() if n != "altenv"}}
@@ -339,14 +341,16 @@ def _schedule_of(spec: str, epilogue: list[str], target: Any, entry: dict[str, A
     return task, factors, schedule
 
 
-def best_schedules(cfg: RunConfig, best: dict[str, Any]) -> tuple[dict, dict]:
-    """The best template factors and schedules of each task of a finished network run
-    (from its ``best.json``)."""
+def best_schedules(cfg: RunConfig, best: dict[str, Any]
+                   ) -> tuple[dict, dict, list[int] | str]:
+    """The best template factors and schedules of each task of a finished network run and
+    the calls that read their input as stored (from its ``best.json``; ``"measure"``, to
+    choose them again, for a run recorded before the build could read through)."""
     factors, schedules = {}, {}
     for name, entry in best["tasks"].items():
         _, f, schedule = _schedule_of(entry["spec"], entry["epilogue"], cfg.target, entry)
         factors[name], schedules[name] = dict(f), schedule
-    return factors, schedules
+    return factors, schedules, best.get("read_through", "measure")
 
 
 def export_run_dir(run_dir: str | Path, output: str | Path) -> Path:
@@ -364,9 +368,9 @@ def export_run_dir(run_dir: str | Path, output: str | Path) -> Path:
         from .graph import load_model
 
         model = load_model(cfg.model, seed=cfg.seed, **cfg.model_options)
-        factors, schedules = best_schedules(cfg, best)
+        factors, schedules, read_through = best_schedules(cfg, best)
         out, _ = export_run(model, output, factors, schedules, cfg.target,
-                            manifest_extras={"run": str(run_dir)})
+                            manifest_extras={"run": str(run_dir)}, read_through=read_through)
         return out
     import tvm
 

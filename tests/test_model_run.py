@@ -34,6 +34,8 @@ def test_tune_model_export_and_load_with_plain_tvm(tmp_path, tiny_model):
     out = tmp_path / "deploy"
     assert main(["export", str(run), "--output", str(out)]) == 0
     manifest = json.loads((out / "manifest.json").read_text())
+    # the calls the run chose (by timing) to read their input as stored are rebuilt so
+    assert manifest["reads_through"] == len(best["read_through"]) == summary["reads_through"]
     assert manifest["inputs"][0]["shape"] == [1, 3, 8, 8]
 
     x = np.random.default_rng(3).uniform(-1, 1, (1, 3, 8, 8)).astype("float32")

@@ -62,6 +62,10 @@ def test_zoo_with_random_layouts_matches_torch(name: str):
     # weights are parameters of main, already in their physical layouts
     assert not [c for c in network.mod["main"].script().splitlines() if "metadata[" in c]
     assert len(network.params) == len(network.mod["main"].params) - len(model.inputs)
+    # every complex call that would convert its input reads it as stored instead
+    through = build_network(graph, factors, read_through=range(len(graph.calls)))
+    assert through.reads_through and len(through.conversions) < len(network.conversions)
+    assert max_rel_err(through.run(x), model.reference(x)) < 1e-4
 
 
 def _hand_graph(hw: int = 12) -> tuple[TaskGraph, dict[str, np.ndarray]]:
@@ -212,6 +216,77 @@ def test_fold_batch_norm_into_weight_and_bias():
     got = np.einsum("oi,nihw->nohw", folded[:, :, 0, 0], x) + bias.reshape(1, 3, 1, 1)
     assert np.allclose(got, bn)
     assert lowering.epilogue == ("bias", "relu")
+
+
+def test_a_call_reads_its_input_as_stored_instead_of_converting():
+    """With ``read_through`` conv1 reads the network input in its logical layout, the pads as
+    guarded reads: the input's pad-and-convert is gone. conv2 needs no conversion (the add
+    writes its padded input) and keeps its own; the numbers do not change."""
+    graph, w = _hand_graph()
+    network = build_network(graph, _hand_factors(graph), read_through=range(4))
+    assert network.reads_through == (0,)
+    assert [(c.tensor, c.consumer) for c in network.conversions] == [(tensor_name(3), "output")]
+    x = np.random.default_rng(6).uniform(-1, 1, (1, 8, 12, 12)).astype("float32")
+    t = torch.from_numpy
+    y = torch.relu(torch.conv2d(t(x), t(w["w1"]), padding=1)) + t(x)
+    ref = torch.conv2d(y, t(w["w2"]), padding=1).numpy()
+    assert rel_err(network.run([x])[0], ref) < 1e-5
+
+
+def _conv_chain() -> tuple[TaskGraph, dict[str, np.ndarray]]:
+    """conv(3x3) -> conv(1x1) -> conv(3x3), each feeding the next directly, on 1x8x10x10."""
+    rng = np.random.default_rng(7)
+    ws = {"w1": rng.uniform(-1, 1, (8, 8, 3, 3)), "w2": rng.uniform(-1, 1, (16, 8, 1, 1)),
+          "w3": rng.uniform(-1, 1, (8, 16, 3, 3))}
+    ws = {k: v.astype("float32") for k, v in ws.items()}
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType([1, 8, 10, 10], "float32"))
+    with bb.function("main", [x], attrs={"num_input": 1}):
+        with bb.dataflow():
+            y = x
+            for k, (name, pad) in enumerate([("w1", 1), ("w2", 0), ("w3", 1)]):
+                y = bb.emit_te(topi.nn.conv2d_nchw, y, relax.const(ws[name]), 1, pad, 1,
+                               primfunc_name_hint=f"conv{k}")
+            out = bb.emit_output(y)
+        bb.emit_func_output(out)
+    return graph_of(bb.get()), ws
+
+
+def test_tuned_schedules_replay_on_calls_that_read_through():
+    """Three convolutions in a row with tiled layouts and sampled schedules: each reads its
+    producer's blocked output as stored (conv1 and conv3 with their pads as guarded reads),
+    its schedule replayed on that variant; ``"measure"`` keeps the calls where that was
+    timed faster. Every build matches torch."""
+    from altenv.tuning import OpTask, freeze
+
+    graph, ws = _conv_chain()
+    target = "llvm"
+    factors = {c.task: f for c, f in zip(graph.complex_calls(), [
+        {"ht": 5, "wt": 2, "ot": 4, "it": 2, "it_w": 4, "ot_w": 2},
+        {"ht": 2, "wt": 10, "ot": 8, "it": 8, "it_w": 8, "ot_w": 8},
+        {"ht": 10, "wt": 5, "ot": 2, "it": 4, "it_w": 2, "ot_w": 4}])}
+    plan = build_network(graph, factors).plan
+    schedules = {}
+    for index, lowering in plan.lowerings.items():
+        task = graph.calls[index].task
+        op_task = OpTask(lowering.spec, target, lowering.epilogue)
+        space = op_task.space(freeze(factors[task]))
+        schedules[task] = space.decode(space.sample(1, seed=index)[0])
+    x = np.random.default_rng(8).uniform(-1, 1, (1, 8, 10, 10)).astype("float32")
+    y = torch.from_numpy(x)
+    for k, pad in enumerate([1, 0, 1]):
+        y = torch.conv2d(y, torch.from_numpy(ws[f"w{k + 1}"]), padding=pad)
+    converting = build_network(graph, factors, schedules, target)
+    assert [c.consumer for c in converting.conversions][:3] == ["call0", "call1", "call2"]
+    through = build_network(graph, factors, schedules, target, read_through=[0, 1, 2])
+    assert through.reads_through == (0, 1, 2)
+    assert [c.consumer for c in through.conversions] == ["output"]
+    assert len(through.scheduled) == 3
+    measured = build_network(graph, factors, schedules, target, read_through="measure")
+    assert set(measured.reads_through) <= {0, 1, 2}
+    assert len(measured.conversions) == len(converting.conversions) - len(measured.reads_through)
+    for network in (converting, through, measured):
+        assert rel_err(network.run([x])[0], y.numpy()) < 1e-5
 
 
 def test_untiled_layouts_convert_only_to_pad_inputs():

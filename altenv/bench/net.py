@@ -116,10 +116,13 @@ def retime_net(suite: BenchSuite, entry: NetEntry, cells: list[dict[str, Any]], 
             run.name = label
         else:
             cfg = RunConfig.model_validate(yaml.safe_load((path / "config.yaml").read_text()))
-            factors, schedules = best_schedules(cfg, json.loads((path / "best.json").read_text()))
-            network = build_network(extract_tasks(model), factors, schedules, suite.target)
+            factors, schedules, read_through = best_schedules(
+                cfg, json.loads((path / "best.json").read_text()))
+            network = build_network(extract_tasks(model), factors, schedules, suite.target,
+                                    read_through)
             conv, total = conversion_cost(network, inputs)
             extras[label] = {"conversions": len(network.conversions),
+                             "reads_through": len(network.reads_through),
                              "conversion_ms": conv * 1e3, "conversion_share": conv / total}
             run = network_baseline(label, network, inputs)
         runs.append(run)

@@ -78,6 +78,17 @@ class ComplexLowering:
                 layout = layout.pad(dim, before, after)
         return layout.then(template_data)
 
+    def read_through_layout(self, stored: Layout) -> Layout:
+        """The data layout over the operator's padded input that reads ``stored`` (the
+        producer's layout of the unpadded tensor) as it is: the pads become guarded reads
+        of zero instead of a padded copy, so no conversion runs between the two."""
+        pads = self.data_pads or ((0, 0),) * len(stored.logical_shape)
+        layout = Layout(tuple(s + b + a for s, (b, a) in zip(stored.logical_shape, pads)))
+        for dim, (before, after) in enumerate(pads):
+            if before or after:
+                layout = layout.unpad(dim, before, after)
+        return layout.then(stored)
+
     def program(self, layouts: Mapping[str, Layout]) -> OpProgram:
         """The generated program (what ``altenv.tuning.OpTask(spec, epilogue=...)`` tunes)."""
         return generate(self.spec, layouts, self.epilogue)

@@ -19,7 +19,10 @@ result of :func:`altenv.graph.propagation.propagate`.
 * every other read of a tensor in a layout it is not stored in becomes a call of a
   conversion PrimFunc (``conversion_func``): the pad-and-convert producer of a
   convolution's input, a conversion before an ``other`` task, and the conversion of the
-  network outputs back to their logical layout.
+  network outputs back to their logical layout;
+* with ``read_through``, a complex call may instead read its data operand in the layout it
+  is stored in (its pads as guarded reads; the task's schedule replayed on that variant),
+  where :mod:`altenv.graph.read_through` times that faster than conversion plus call.
 
 On a CPU target the functions the build generates (conversions, regenerated elementwise
 tasks) get :func:`altenv.graph.spatial.parallel_spatial`: parallel over the target's cores,
@@ -31,9 +34,9 @@ and complex tasks that cannot be mapped, with a warning) stay on logical tensors
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import tvm
@@ -52,6 +55,7 @@ from altenv.graph.propagation import (
     Propagation,
     propagate,
 )
+from altenv.graph.read_through import reads_through_faster
 from altenv.graph.regen import Regenerable
 from altenv.graph.spatial import parallel_spatial, untuned_schedule
 from altenv.graph.tasks import TaskGraph
@@ -62,6 +66,8 @@ from altenv.target import target_cores
 log = logging.getLogger(__name__)
 
 Scheduled = tirx.PrimFunc | s_tir.Schedule
+MEASURE = "measure"
+ReadThrough = Collection[int] | Literal["measure"] | None
 CALL_TIR = "relax.call_tir"
 
 
@@ -263,6 +269,8 @@ class NetworkBuild:
     conversions: the conversion calls inserted into ``main``.
     target: the target it was compiled for.
     scheduled: the PrimFuncs that carry a tuned schedule.
+    reads_through: the complex calls that read their data operand as it is stored (no
+        conversion before them).
     """
 
     plan: NetworkPlan
@@ -273,6 +281,7 @@ class NetworkBuild:
     conversions: list[InsertedConversion]
     target: tvm.target.Target
     scheduled: frozenset[str] = frozenset()
+    reads_through: tuple[int, ...] = ()
     _device_weights: list[tvm.runtime.Tensor] | None = field(default=None, init=False,
                                                              repr=False)
 
@@ -317,25 +326,35 @@ def _flatten(value: Any) -> list[np.ndarray]:
 
 def build_network(graph: TaskGraph, factors: Mapping[str, Mapping[str, int]] | None = None,
                   schedules: Mapping[str, Scheduled] | None = None,
-                  target: str | dict | tvm.target.Target | None = None) -> NetworkBuild:
+                  target: str | dict | tvm.target.Target | None = None,
+                  read_through: ReadThrough = None) -> NetworkBuild:
     """Compile ``graph`` with the template ``factors`` of each complex task (default: untiled)
     and ``schedules`` of their layout-transformed programs (:meth:`NetworkPlan.program`;
-    default schedules otherwise)."""
+    default schedules otherwise).
+
+    ``read_through`` picks the complex calls that read their data operand in the layout it
+    is stored in instead of converting it first (see :mod:`altenv.graph.read_through`):
+    ``None`` none, a collection of call indices those (where a conversion would run and the
+    task's schedule replays), ``"measure"`` each such call where that is measured faster.
+    :attr:`NetworkBuild.reads_through` lists the calls that do."""
     plan = plan_network(graph, factors)
-    return build_plan(plan, schedules, target)
+    return build_plan(plan, schedules, target, read_through)
 
 
 def build_plan(plan: NetworkPlan, schedules: Mapping[str, Scheduled] | None = None,
-               target: str | dict | tvm.target.Target | None = None) -> NetworkBuild:
-    """Rewrite ``main`` from ``plan`` and compile it."""
+               target: str | dict | tvm.target.Target | None = None,
+               read_through: ReadThrough = None) -> NetworkBuild:
+    """Rewrite ``main`` from ``plan`` and compile it (``read_through``: see
+    :func:`build_network`)."""
     from altenv.target import make_target
 
     tgt = make_target(target)
-    rewriter = _Rewriter(plan, dict(schedules or {}), tgt if tgt.kind.name == "llvm" else None)
+    rewriter = _Rewriter(plan, dict(schedules or {}), tgt, read_through)
     mod = rewriter.run()
     built = compile_module(mod, tgt, rewriter.scheduled)
     return NetworkBuild(plan, mod, built, rewriter.param_names, rewriter.param_values,
-                        rewriter.conversions, tgt, frozenset(rewriter.scheduled))
+                        rewriter.conversions, tgt, frozenset(rewriter.scheduled),
+                        tuple(rewriter.reads_through))
 
 
 class _Rewriter:
@@ -344,11 +363,17 @@ class _Rewriter:
     tasks kept as they are :func:`untuned_schedule`."""
 
     def __init__(self, plan: NetworkPlan, schedules: dict[str, Scheduled],
-                 target: tvm.target.Target | None = None) -> None:
+                 target: tvm.target.Target, read_through: ReadThrough = None) -> None:
         self.plan = plan
         self.schedules = schedules
-        self.target = target
-        self.cores = target_cores(target) if target is not None else None
+        self.build_target = target
+        self.target = target if target.kind.name == "llvm" else None
+        self.cores = target_cores(target) if self.target is not None else None
+        if read_through is not None and read_through != MEASURE:
+            read_through = frozenset(int(i) for i in read_through)
+        self.read_through = read_through
+        self.reads_through: list[int] = []
+        self.variants: dict[tuple[Any, ...], tirx.PrimFunc | None] = {}
         unknown = set(schedules) - set(plan.layouts)
         if unknown:
             log.warning("schedules for tasks %s ignored: not generated with layouts",
@@ -506,7 +531,13 @@ class _Rewriter:
         name = op_name(index)
         layouts = dict(plan.layouts[call.task])
         chosen = plan.chosen[name]
-        args = [self._read(index, call_args[lowering.data_arg], chosen["data"])]
+        if lowering.residual_arg is not None:
+            res = self.var_tensor[call_args[lowering.residual_arg]]
+            layouts["residual"] = plan.propagation.read_layout(name, res, plan.dataflow.shapes)
+        data = self._read_through(index, layouts)
+        if data is None:
+            data = self._read(index, call_args[lowering.data_arg], chosen["data"])
+        args = [data]
         weight_expr = call_args[lowering.weight_arg]
         bias = None
         if _is_const(weight_expr):
@@ -520,23 +551,87 @@ class _Rewriter:
         if bias is not None:
             args.append(self._new_param(f"b{index}", bias))
         if lowering.residual_arg is not None:
-            res = self.var_tensor[call_args[lowering.residual_arg]]
-            layouts["residual"] = plan.propagation.read_layout(name, res, plan.dataflow.shapes)
             args.append(self._read(index, call_args[lowering.residual_arg],
                                    layouts["residual"]))
-        key = (call.task, lowering.epilogue, lowering.activation,
-               layouts.get("residual", layouts["out"]))
+        return self._complex_func(call.task, lowering, layouts), args, layouts["out"]
+
+    def _complex_key(self, task: str, lowering: ComplexLowering,
+                     layouts: Mapping[str, Layout]) -> tuple[Any, ...]:
+        return (task, lowering.epilogue, lowering.activation,
+                layouts.get("residual", layouts["out"]), layouts["data"])
+
+    def _complex_func(self, task: str, lowering: ComplexLowering,
+                      layouts: Mapping[str, Layout]) -> tvm.ir.GlobalVar:
+        """The (scheduled) function of a complex task under ``layouts``, added once."""
+        key = self._complex_key(task, lowering, layouts)
         if key not in self.funcs:
-            func = self._schedule(call.task, lowering.func(layouts))
-            self.funcs[key] = self.bb.add_func(_noalias(func), f"alt_{call.task}")
-            if call.task in self.schedules:
+            func = self.variants.get(key) or self._schedule(task, lowering.func(layouts))
+            self.funcs[key] = self.bb.add_func(_noalias(func), f"alt_{task}")
+            if task in self.schedules:
                 self.scheduled.add(self.funcs[key].name_hint)
-        return self.funcs[key], args, layouts["out"]
+        return self.funcs[key]
+
+    def _read_through(self, index: int, layouts: dict[str, Layout]) -> Any | None:
+        """Call ``index``'s data operand as it is stored, when the call reads it through
+        (``read_through``) instead of converting it; ``layouts["data"]`` is then the
+        variant's data layout. ``None``: convert as planned."""
+        if self.read_through is None or (self.read_through != MEASURE
+                                         and index not in self.read_through):
+            return None
+        plan = self.plan
+        call = plan.graph.calls[index]
+        lowering = plan.lowerings[index]
+        tensor = self.var_tensor.get(plan.args[index][lowering.data_arg])
+        if tensor is None:
+            return None
+        want = canonical(plan.chosen[op_name(index)]["data"])
+        storage = self._storage(tensor)
+        if want in self.versions[tensor] or storage.same_storage(want):
+            return None  # no conversion to save
+        variant = {**layouts, "data": lowering.read_through_layout(storage)}
+        key = self._complex_key(call.task, lowering, variant)
+        if key not in self.variants:
+            self.variants[key] = self._variant(index, lowering, layouts, variant, storage, want)
+        if self.variants[key] is None:
+            return None
+        layouts["data"] = variant["data"]
+        self.reads_through.append(index)
+        return self.versions[tensor][storage]
+
+    def _variant(self, index: int, lowering: ComplexLowering, layouts: Mapping[str, Layout],
+                 variant: Mapping[str, Layout], storage: Layout, want: Layout
+                 ) -> tirx.PrimFunc | None:
+        """The scheduled function of call ``index`` reading its data as stored, or ``None``
+        when the schedule does not replay on it or (``"measure"``) converting is faster."""
+        task = self.plan.graph.calls[index].task
+        func = self._replay(task, lowering.func(variant))
+        if func is None:
+            return None
+        if self.read_through == MEASURE:
+            dtype = self.plan.graph.calls[index].dtype
+            conversion = self._spatial(conversion_func(storage, want, dtype)
+                                       .without_attr("global_symbol"))
+            original = self._schedule(task, lowering.func(layouts))
+            faster, through, convert = reads_through_faster(
+                _noalias(func), conversion, _noalias(original), self.build_target)
+            log.info("call %d (%s): reading its input as stored %.1f us, converting first "
+                     "%.1f us", index, task, through * 1e6, convert * 1e6)
+            if not faster:
+                return None
+        return func
 
     def _schedule(self, task: str, func: tirx.PrimFunc) -> tirx.PrimFunc:
+        """``func`` with the task's schedule (:meth:`_replay`); the default schedule, with a
+        warning, when it does not apply."""
+        scheduled = self._replay(task, func, warn=True)
+        return func if scheduled is None else scheduled
+
+    def _replay(self, task: str, func: tirx.PrimFunc, warn: bool = False
+                ) -> tirx.PrimFunc | None:
         """``func`` with the task's schedule: as given when ``func`` is the tuned program,
-        else replayed from the schedule's trace (a variant reading its residual in another
-        layout); the default schedule, with a warning, when neither works."""
+        else replayed from the schedule's trace (a variant reading its residual or data in
+        another layout); ``func`` itself for a task without schedule, ``None`` when the
+        schedule does not replay."""
         given = self.schedules.get(task)
         if given is None:
             return func
@@ -550,12 +645,13 @@ class _Rewriter:
                 given.trace.apply_to_schedule(sch, remove_postproc=False)
                 return sch.mod["main"]
             except RuntimeError as err:
-                log.warning("task %s: schedule does not replay on a variant (%s); default "
-                            "schedule", task, str(err).splitlines()[0])
-        else:
+                if warn:
+                    log.warning("task %s: schedule does not replay on a variant (%s); default "
+                                "schedule", task, str(err).splitlines()[0])
+        elif warn:
             log.warning("task %s: a variant of its program (residual layout) has no schedule; "
                         "default schedule", task)
-        return func
+        return None
 
     def _spatial(self, func: tirx.PrimFunc) -> tirx.PrimFunc:
         """A generated conversion or elementwise function, scheduled on a CPU target."""

@@ -1,0 +1,58 @@
+"""Measured choice between converting a convolution's input and reading it as it is stored.
+
+A complex call whose input is stored in another layout than the one its template reads
+(the producer is itself a convolution, or a layout the propagation could not push into its
+producer) either gets a conversion call first (pad and re-tile into the template's layout)
+or reads the stored layout directly through guarded index maps
+(:meth:`altenv.graph.lowering.ComplexLowering.read_through_layout`), with the task's tuned
+schedule replayed on that variant. The second saves a pass over the tensor but may make
+the convolution's own reads slower; :func:`reads_through_faster` times both alone, on the
+build's target, interleaved.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import tvm
+from tvm import tirx
+
+from altenv.target import target_cores, use_tvm_threads
+
+
+class _Chain:
+    """A block timer for PrimFuncs run one after another on random inputs, each compiled
+    alone for ``target`` and timed by TVM's own evaluator (no Python overhead per call)."""
+
+    def __init__(self, funcs: Sequence[tirx.PrimFunc], target: tvm.target.Target, seed: int):
+        rng = np.random.default_rng(seed)
+        dev = tvm.cpu() if target.kind.name == "llvm" else tvm.device(target.kind.name, 0)
+        self.steps = []
+        for func in funcs:
+            lib = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}),
+                              target=target)
+            args = [tvm.runtime.tensor(rng.uniform(-1, 1, [int(d) for d in p.shape])
+                                       .astype(str(p.dtype)), dev) for p in func.params]
+            self.steps.append((lib.mod, dev, args))
+
+    def block(self, inner: int) -> float:
+        total = 0.0
+        for mod, dev, args in self.steps:
+            total += mod.time_evaluator("main", dev, number=inner, repeat=1)(*args).mean
+        return total
+
+
+def reads_through_faster(variant: tirx.PrimFunc, conversion: tirx.PrimFunc,
+                         original: tirx.PrimFunc, target: tvm.target.Target,
+                         rounds: int = 5) -> tuple[bool, float, float]:
+    """Whether ``variant`` (the call reading its input as stored) is faster than
+    ``conversion`` followed by ``original``; also the two median times in seconds."""
+    from altenv.baselines.timing import time_interleaved  # baselines import the network
+
+    use_tvm_threads(target_cores(target))
+    stats = time_interleaved({"through": _Chain([variant], target, 0),
+                              "convert": _Chain([conversion, original], target, 0)},
+                             rounds=rounds, min_block_seconds=0.005, cooldown_seconds=0.002)
+    through, convert = stats["through"].median, stats["convert"].median
+    return through < convert, through, convert
