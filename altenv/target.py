@@ -39,6 +39,11 @@ def make_target(spec: str | dict[str, Any] | tvm.target.Target | None) -> tvm.ta
     )
 
 
+def device_of(target: tvm.target.Target) -> tvm.runtime.Device:
+    """The device programs built for ``target`` run on (the host CPU for ``llvm``)."""
+    return tvm.cpu() if target.kind.name == "llvm" else tvm.device(target.kind.name, 0)
+
+
 def target_cores(target: tvm.target.Target) -> int:
     """The target's ``num-cores`` (this process's CPUs when unset)."""
     cores = target.attrs.get("num-cores")

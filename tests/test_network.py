@@ -18,7 +18,7 @@ from tvm import relax, tirx, topi
 from altenv.export import MANIFEST_FILE, MODEL_FILE, PARAMS_FILE, export_run
 from altenv.graph import extract_tasks, load_model, max_rel_err, rel_err
 from altenv.graph.lowering import ComplexLowering
-from altenv.graph.network import build_network, tensor_name
+from altenv.graph.network import build_network, plan_network, tensor_name
 from altenv.graph.tasks import TaskGraph, graph_of
 from altenv.layout import Layout
 from altenv.ops import LayoutTemplate
@@ -270,7 +270,7 @@ def test_tuned_schedules_replay_on_calls_that_read_through():
         {"ht": 5, "wt": 2, "ot": 4, "it": 2, "it_w": 4, "ot_w": 2},
         {"ht": 2, "wt": 10, "ot": 8, "it": 8, "it_w": 8, "ot_w": 8},
         {"ht": 10, "wt": 5, "ot": 2, "it": 4, "it_w": 2, "ot_w": 4}])}
-    plan = build_network(graph, factors).plan
+    plan = plan_network(graph, factors)
     schedules = {}
     for index, lowering in plan.lowerings.items():
         task = graph.calls[index].task

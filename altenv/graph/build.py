@@ -16,7 +16,7 @@ from tvm import relax, s_tir, tirx
 from tvm.relax.backend.cpu_generic.pipeline import dataflow_lower_passes, finalize_passes
 
 from altenv.graph.tasks import TaskGraph
-from altenv.target import make_target
+from altenv.target import device_of, make_target
 
 
 @dataclass
@@ -100,7 +100,7 @@ def compile_module(mod: tvm.IRModule, target: str | dict | tvm.target.Target | N
     pipeline = tvm.transform.Sequential(dataflow_lower_passes(tgt) + finalize_passes(tgt))
     with tgt:
         ex = tvm.compile(mod, tgt, relax_pipeline=pipeline)
-    dev = tvm.cpu() if tgt.kind.name == "llvm" else tvm.device(tgt.kind.name, 0)
+    dev = device_of(tgt)
     return BuiltModel(ex, relax.VirtualMachine(ex, dev), dev)
 
 

@@ -366,9 +366,8 @@ class _Rewriter:
                  target: tvm.target.Target, read_through: ReadThrough = None) -> None:
         self.plan = plan
         self.schedules = schedules
-        self.build_target = target
-        self.target = target if target.kind.name == "llvm" else None
-        self.cores = target_cores(target) if self.target is not None else None
+        self.target = target
+        self.cores = target_cores(target) if target.kind.name == "llvm" else None
         if read_through is not None and read_through != MEASURE:
             read_through = frozenset(int(i) for i in read_through)
         self.read_through = read_through
@@ -613,7 +612,7 @@ class _Rewriter:
                                        .without_attr("global_symbol"))
             original = self._schedule(task, lowering.func(layouts))
             faster, through, convert = reads_through_faster(
-                _noalias(func), conversion, _noalias(original), self.build_target)
+                _noalias(func), conversion, _noalias(original), self.target)
             log.info("call %d (%s): reading its input as stored %.1f us, converting first "
                      "%.1f us", index, task, through * 1e6, convert * 1e6)
             if not faster:
@@ -662,7 +661,7 @@ class _Rewriter:
         """The function of a task kept as the frontend fused it, scheduled (once) by
         :func:`untuned_schedule` on a CPU target."""
         gvar = self.bb.get().get_global_var(task)
-        if self.target is not None and task not in self.untuned:
+        if self.cores is not None and task not in self.untuned:
             self.untuned.add(task)
             func = self.bb.get()[gvar]
             self.bb.update_func(gvar, untuned_schedule(func, self.target, self.cores))

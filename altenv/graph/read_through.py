@@ -18,7 +18,7 @@ import numpy as np
 import tvm
 from tvm import tirx
 
-from altenv.target import target_cores, use_tvm_threads
+from altenv.target import device_of, target_cores, use_tvm_threads
 
 
 class _Chain:
@@ -27,7 +27,7 @@ class _Chain:
 
     def __init__(self, funcs: Sequence[tirx.PrimFunc], target: tvm.target.Target, seed: int):
         rng = np.random.default_rng(seed)
-        dev = tvm.cpu() if target.kind.name == "llvm" else tvm.device(target.kind.name, 0)
+        dev = device_of(target)
         self.steps = []
         for func in funcs:
             lib = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}),
