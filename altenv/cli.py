@@ -18,15 +18,16 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _tune(args: argparse.Namespace) -> int:
-    from .config import load_config
+    from .config import OTHERS_SHARE, BudgetConfig, load_config
     from .run import tune_workload
 
     cfg = load_config(args.config, **{
         "name": args.name, "workload": args.workload, "agent": args.agent,
         "output_dir": args.output_dir, "seed": args.seed,
-        "budget.joint": None if args.budget is None else round(args.budget * 0.3),
-        "budget.loop_only": None if args.budget is None else args.budget - round(args.budget * 0.3),
     })
+    if args.budget is not None:
+        cfg = cfg.model_copy(update={"budget": BudgetConfig.split(
+            args.budget, OTHERS_SHARE if cfg.model is not None else 0.0)})
     from .run import tune_model
 
     result = (tune_model if cfg.model is not None else tune_workload)(cfg, not args.quiet)
@@ -124,7 +125,7 @@ def _bench(args: argparse.Namespace) -> int:
     from .bench.run import run_bench
 
     timings = run_bench(suite, output, args.filter, progress=not args.quiet,
-                        retime=args.retime)
+                        retime=args.retime, profile=getattr(args, "profile", False))
     print(report(timings, output, suite.baselines), end="")
     print(f"results: {output / 'results.csv'}, plots: {output}/*.png")
     return 0
@@ -152,7 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--workload", help="operator spec, e.g. gmm:M=128,N=128,K=128")
     tune.add_argument("--name", help="run name (directory under output_dir)")
     tune.add_argument("--agent", help="agent name or module:Class")
-    tune.add_argument("--budget", type=int, help="measured trials (split 30:70 joint:loop)")
+    tune.add_argument("--budget", type=int,
+                      help="measured trials (split 30:70 joint:loop; for a model, 10%% of "
+                           "them first go to its other kernels)")
     tune.add_argument("--output-dir", help="where runs go (default runs/)")
     tune.add_argument("--seed", type=int)
     tune.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -195,6 +198,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--output", help="results directory (default runs/bench-<suite>)")
         p.add_argument("--retime", action="store_true",
                        help="time finished entries again (tuning results are kept)")
+        if name == "net":
+            p.add_argument("--profile", action="store_true",
+                           help="also time every network's kernels alone, side by side "
+                                "(DIR/<entry>/profile.csv, profile.png)")
         p.add_argument("--quiet", action="store_true", help="no progress bars")
         p.set_defaults(func=_bench)
     return parser

@@ -32,14 +32,35 @@ class Strict(BaseModel):
 
 
 class BudgetConfig(Strict):
-    """Measured trials of the joint (layout + loop) and loop-only stages."""
+    """Measured trials of the joint (layout + loop) and loop-only stages (a model's are
+    spread over its complex tasks) and, for a model, of MetaSchedule on the network's other
+    kernels once the layouts are fixed (:mod:`altenv.tuning.others`)."""
 
     joint: int = Field(19, ge=0)
     loop_only: int = Field(45, ge=0)
+    others: int = Field(0, ge=0)
+
+    @property
+    def searched(self) -> int:
+        """Trials of the layout and loop search: ``joint + loop_only``."""
+        return self.joint + self.loop_only
 
     @property
     def total(self) -> int:
-        return self.joint + self.loop_only
+        return self.searched + self.others
+
+    @classmethod
+    def split(cls, total: int, others_share: float = 0.0) -> BudgetConfig:
+        """``total`` trials: ``others_share`` of them for the other kernels, the rest 30:70
+        between the joint and loop-only stages (ALT §7)."""
+        others = round(total * others_share)
+        joint = round((total - others) * 0.3)
+        return cls(joint=joint, loop_only=total - others - joint, others=others)
+
+
+#: The share of a model run's budget that ``altenv tune --budget N`` and ``altenv bench net``
+#: give the other kernels.
+OTHERS_SHARE = 0.1
 
 
 class AgentConfig(Strict):
@@ -136,6 +157,10 @@ class RunConfig(_Run):
     model: str | None = None
     model_options: dict[str, Any] = Field(default_factory=dict)
     mapping: Literal["none", "amos", "cp_embedding"] = "none"
+    #: float32 functions a model's regenerated elementwise tasks compute with TVM's fast
+    #: polynomial versions (``erf``: within 4.2e-7; ``exp``: relative 4.1e-6); ``[]`` keeps
+    #: libm's.
+    fast_math: list[Literal["erf", "tanh", "exp"]] = Field(default_factory=lambda: ["erf"])
 
     @field_validator("workload")
     @classmethod
@@ -154,6 +179,9 @@ class RunConfig(_Run):
             if self.workload is None or not self.workload.endswith("dtype=int8"):
                 raise ValueError(f"mapping={self.mapping!r} maps int8 operators onto int8 dot "
                                  "products: give an int8 'workload' (…,dtype=int8)")
+        if self.workload is not None and self.budget.others:
+            raise ValueError("budget.others: an operator run has no other kernels; allowed "
+                             "only with 'model'")
         return self
 
 

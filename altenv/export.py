@@ -15,12 +15,13 @@ An export directory holds:
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import tvm
+from tvm.s_tir.meta_schedule.database import Database
 
 from altenv.graph.frontend import ImportedModel
 from altenv.graph.network import NetworkBuild, ReadThrough, Scheduled, build_network
@@ -59,6 +60,7 @@ def manifest(network: NetworkBuild, extras: Mapping[str, Any] | None = None) -> 
         "fallbacks": {plan.graph.calls[i].task: reason for i, reason in plan.fallbacks.items()},
         "conversions": len(network.conversions),
         "reads_through": len(network.reads_through),
+        "tuned_other_kernels": len(network.tuned_others),
         "tvm_version": tvm.__version__,
     }
     data.update(extras or {})
@@ -92,9 +94,12 @@ def export_run(model: ImportedModel, output_dir: str | Path,
                target: str | dict | tvm.target.Target | None = None,
                check_tol: float | None = 1e-4,
                manifest_extras: Mapping[str, Any] | None = None,
-               read_through: ReadThrough = None) -> tuple[Path, NetworkBuild]:
-    """Build ``model`` with the tuned ``factors`` and ``schedules`` per task and the calls
-    that ``read_through`` their input (as recorded by a run), check it against the source
+               read_through: ReadThrough = None,
+               others: Database | None = None,
+               fast_math: Collection[str] = ()) -> tuple[Path, NetworkBuild]:
+    """Build ``model`` with the tuned ``factors`` and ``schedules`` per task, the calls
+    that ``read_through`` their input, the schedules of its other kernels in ``others`` and
+    its ``fast_math`` functions (as recorded by a run), check it against the source
     framework on seeded random inputs (relative error at most ``check_tol``; ``None`` skips
     the check) and export it.
 
@@ -102,7 +107,8 @@ def export_run(model: ImportedModel, output_dir: str | Path,
     """
     from altenv.graph.build import max_rel_err
 
-    network = build_network(extract_tasks(model), factors, schedules, target, read_through)
+    network = build_network(extract_tasks(model), factors, schedules, target, read_through,
+                            others, fast_math)
     extras: dict[str, Any] = {"model": model.name, "source_hash": model.source_hash}
     if check_tol is not None and model.torch_module is not None:
         inputs = model.random_inputs(0)

@@ -8,6 +8,7 @@ Layout of a run directory::
     best.json         the best candidate: layout factors, tensor layouts, schedule trace
     summary.json      latency, trials, tuning time, baselines and speedups
     tb/               TensorBoard logs (best latency vs trials)
+    others/           a network run's MetaSchedule database of its other kernels
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import yaml
 from .config import ConfigError, RunConfig, TrainConfig
 from .records import RecordDB, plain_json
 from .tuning.loop import Budget
+from .tuning.others import OTHERS_DIR
 
 
 @dataclass
@@ -191,11 +193,13 @@ def tune_model(cfg: RunConfig, progress: bool = True) -> RunResult:
     from .costmodel import CostModel
     from .graph import load_model
     from .graph.build import max_rel_err
-    from .graph.network import build_network, plan_network
+    from .graph.network import build_plan, other_kernels, plan_network
     from .graph.tasks import extract_tasks
     from .measure import create
     from .ops import operator_for, parse_workload
+    from .target import make_target
     from .tuning import OpTask, TuningSession, tune
+    from .tuning.others import tune_others
 
     previous = _open_run(cfg)
     start = time.perf_counter()
@@ -206,10 +210,10 @@ def tune_model(cfg: RunConfig, progress: bool = True) -> RunResult:
     calls = {t: sum(1 for c in graph.calls if c.task == t) for t in lowering_of}
     weights = {t: float(operator_for(parse_workload(low.spec)).flops()) * calls[t]
                for t, low in lowering_of.items()}
-    budgets = _task_budgets(weights, cfg.budget.total, cfg.search.top_k)
-    joint_fraction = cfg.budget.joint / max(cfg.budget.total, 1)
+    budgets = _task_budgets(weights, cfg.budget.searched, cfg.search.top_k)
+    joint_fraction = cfg.budget.joint / max(cfg.budget.searched, 1)
     print(f"{cfg.model}: {len(lowering_of)} tuned tasks, {len(plan.fallbacks)} calls on default "
-          f"schedules; {cfg.budget.total} trials")
+          f"schedules; {cfg.budget.total} trials ({cfg.budget.others} for the other kernels)")
     log = TensorBoardLog(cfg.run_dir / "tb")
     best: dict[str, dict[str, Any]] = {}
     factors: dict[str, dict[str, int]] = {}
@@ -240,7 +244,17 @@ def tune_model(cfg: RunConfig, progress: bool = True) -> RunResult:
                           "layouts": task.layouts_json(cand.factors)}
         log.close()
         cost_model.save(cfg.run_dir / "costmodel.npz")
-    network = build_network(graph, factors, schedules, cfg.target, read_through="measure")
+    plan = plan_network(graph, factors)
+    read_through: Any = "measure"
+    if cfg.budget.others:
+        kernels, read_through = other_kernels(plan, schedules, cfg.target, read_through,
+                                              cfg.fast_math)
+        print(f"{cfg.model}: {len(kernels)} other kernels, MetaSchedule for "
+              f"{cfg.budget.others} trials")
+        trials += tune_others(kernels, cfg.budget.others, cfg.run_dir / OTHERS_DIR,
+                              make_target(cfg.target), cfg.measure, cfg.seed)
+    network = build_plan(plan, schedules, cfg.target, read_through,
+                         others_database(cfg.run_dir), cfg.fast_math)
     (cfg.run_dir / "best.json").write_text(json.dumps(
         {"model": cfg.model, "tasks": best, "read_through": list(network.reads_through)},
         indent=1))
@@ -261,6 +275,7 @@ def tune_model(cfg: RunConfig, progress: bool = True) -> RunResult:
                "resumed_records": previous, "tuning_seconds": elapsed,
                "max_rel_err_vs_torch": err, "conversions": len(network.conversions),
                "reads_through": len(network.reads_through),
+               "tuned_other_kernels": len(network.tuned_others),
                "fallback_calls": len(plan.fallbacks), "timings": timings,
                "speedup": {n: t["median_s"] / timings["altenv"]["median_s"]
                            for n, t in timings.items() if n != "altenv"}}
@@ -353,6 +368,17 @@ def best_schedules(cfg: RunConfig, best: dict[str, Any]
     return factors, schedules, best.get("read_through", "measure")
 
 
+def others_database(run_dir: str | Path) -> Any:
+    """The MetaSchedule database of a network run's other kernels
+    (:mod:`altenv.tuning.others`), ``None`` for a run without one."""
+    path = Path(run_dir) / OTHERS_DIR
+    if not (path / "database_tuning_record.json").exists():
+        return None
+    from .tuning.others import open_database
+
+    return open_database(path)
+
+
 def export_run_dir(run_dir: str | Path, output: str | Path) -> Path:
     """``altenv export RUN --output DIR``: the tuned network (``model.so``, ``params.npz``,
     ``manifest.json``, loadable with plain TVM), or for an operator run the tuned operator
@@ -370,7 +396,8 @@ def export_run_dir(run_dir: str | Path, output: str | Path) -> Path:
         model = load_model(cfg.model, seed=cfg.seed, **cfg.model_options)
         factors, schedules, read_through = best_schedules(cfg, best)
         out, _ = export_run(model, output, factors, schedules, cfg.target,
-                            manifest_extras={"run": str(run_dir)}, read_through=read_through)
+                            manifest_extras={"run": str(run_dir)}, read_through=read_through,
+                            others=others_database(run_dir), fast_math=cfg.fast_math)
         return out
     import tvm
 

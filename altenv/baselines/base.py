@@ -9,6 +9,7 @@ import logging
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import tvm
@@ -21,6 +22,9 @@ from ..measure import MeasureConfig, PersistentBuilder, WrongResultError
 from ..measure.check import max_relative_error
 from ..target import target_cores, use_tvm_threads
 from .timing import BlockTimer, TimingStats, time_interleaved
+
+if TYPE_CHECKING:
+    from ..graph.kernels import KernelSource
 
 #: MetaSchedule stores this run time for a candidate that failed to build or run.
 FAILED_RUN_SECONDS = 1e9
@@ -79,6 +83,8 @@ class Baseline:
     worker : BlockTimer | None
         Set when the program runs in a worker process that times its own blocks
         (:class:`~altenv.baselines.isolated.IsolatedRun`).
+    kernels : KernelSource | None
+        For a Relax VM program: what :func:`~altenv.graph.kernels.profile_kernels` times.
     """
 
     name: str
@@ -87,6 +93,7 @@ class Baseline:
     tuning: TuningSummary | None = None
     notes: str = ""
     worker: BlockTimer | None = field(default=None, repr=False)
+    kernels: KernelSource | None = field(default=None, repr=False)
 
 
 def check_baseline(baseline: Baseline, expected: Sequence[np.ndarray], rtol: float = 1e-3) -> float:

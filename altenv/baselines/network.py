@@ -22,6 +22,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.search_strategy import SearchStrategy
 
 from ..graph.build import with_func
+from ..graph.kernels import KernelSource, kernel_calls, kind_of
 from ..graph.network import NetworkBuild
 from ..measure import MeasureConfig
 from ..measure.check import WrongResultError, max_relative_error
@@ -56,7 +57,8 @@ def _flatten(value: object) -> list[np.ndarray]:
 
 def _vm_baseline(name: str, executable: tvm.runtime.Executable, target: tvm.target.Target,
                  inputs: Sequence[np.ndarray], weights: list[tvm.runtime.Tensor], notes: str,
-                 tuning: TuningSummary | None = None, prepacked: bool = False) -> Baseline:
+                 tuning: TuningSummary | None = None, prepacked: bool = False,
+                 kernels: KernelSource | None = None) -> Baseline:
     """A Relax VM program as a :class:`Baseline`, TVM's thread pool set to the target's
     cores (TVM's own default is half the hardware threads: one on a 2-vCPU machine)."""
     use_tvm_threads(target_cores(target))
@@ -74,7 +76,7 @@ def _vm_baseline(name: str, executable: tvm.runtime.Executable, target: tvm.targ
     def outputs() -> list[np.ndarray]:
         return _flatten(result[0])
 
-    return Baseline(name, run, outputs, tuning=tuning, notes=notes)
+    return Baseline(name, run, outputs, tuning=tuning, notes=notes, kernels=kernels)
 
 
 def _weight_tensors(mod: tvm.IRModule,
@@ -190,32 +192,40 @@ def tuned_relax_baseline(
     with tgt, database:
         applied = relax.transform.MetaScheduleApplyDatabase()(fused)
     weights = _weight_tensors(mod, params)
-    executable, wrong = _checked_build(fused, applied, tgt, prepack, inputs, weights)
+    executable, wrong, compiled = _checked_build(fused, applied, tgt, prepack, inputs, weights)
     notes = (f"MetaSchedule tune_relax, {trials} trials, "
              f"weight pre-pack {'on' if prepack else 'off'}")
     if wrong:
         notes += f"; built untuned (their tuned programs compute wrong results): {wrong}"
+    # a pre-packed kernel is named after its task plus this suffix
+    kinds = {name: kind_of(fused[name.removesuffix("_prepacked")])
+             for name in kernel_calls(compiled)}
     return _vm_baseline("metaschedule", executable, tgt, inputs, weights, notes, tuning=summary,
-                        prepacked=prepack)
+                        prepacked=prepack,
+                        kernels=KernelSource(compiled, tgt, kinds))
 
 
 def _checked_build(fused: tvm.IRModule, applied: tvm.IRModule, target: tvm.target.Target,
                    prepack: bool, inputs: Sequence[np.ndarray],
-                   weights: list[tvm.runtime.Tensor]) -> tuple[tvm.runtime.Executable, list[str]]:
+                   weights: list[tvm.runtime.Tensor]
+                   ) -> tuple[tvm.runtime.Executable, list[str], tvm.IRModule]:
     """Compile ``applied`` (``fused`` with tuned schedules) and check it on ``inputs`` against
     ``fused`` compiled untuned. When they differ, each tuned function is tried alone on the
     untuned module, and those that change the result are built untuned: a wrong tuned program
     (e.g. MetaSchedule's layout rewrite of an embedding table read at a data-dependent row,
-    which drops the row) is isolated instead of ending the run. Returns the executable and
-    the names of the functions built untuned."""
+    which drops the row) is isolated instead of ending the run. Returns the executable, the
+    names of the functions built untuned and the module compiled (weights pre-packed)."""
+    def prepared(module: tvm.IRModule) -> tvm.IRModule:
+        if not prepack:
+            return module
+        with target:
+            return tvm.transform.Sequential([
+                relax.transform.SplitLayoutRewritePreproc(),
+                relax.transform.LiftTransformParams(),
+                relax.transform.FoldConstant()])(module)
+
     def build(module: tvm.IRModule) -> tvm.runtime.Executable:
-        if prepack:
-            with target:
-                module = tvm.transform.Sequential([
-                    relax.transform.SplitLayoutRewritePreproc(),
-                    relax.transform.LiftTransformParams(),
-                    relax.transform.FoldConstant()])(module)
-        return tvm.compile(module, target)
+        return tvm.compile(prepared(module), target)
 
     def outputs(executable: tvm.runtime.Executable) -> list[np.ndarray]:
         vm = relax.VirtualMachine(executable, tvm.cpu(0))
@@ -226,10 +236,11 @@ def _checked_build(fused: tvm.IRModule, applied: tvm.IRModule, target: tvm.targe
     def agrees(got: list[np.ndarray]) -> bool:
         return all(max_relative_error(a, b) <= 1e-4 for a, b in zip(got, expected))
 
-    executable = build(applied)
+    module = prepared(applied)
+    executable = tvm.compile(module, target)
     expected = outputs(build(fused))
     if agrees(outputs(executable)):
-        return executable, []
+        return executable, [], module
     tuned = [gv.name_hint for gv, func in applied.functions.items()
              if isinstance(func, tirx.PrimFunc)
              and not tvm_ffi.structural_equal(func, fused[gv.name_hint])]
@@ -238,11 +249,12 @@ def _checked_build(fused: tvm.IRModule, applied: tvm.IRModule, target: tvm.targe
     for name in wrong:
         log.warning("metaschedule: the tuned %s computes wrong results; built untuned", name)
         applied = with_func(applied, name, fused[name])
-    executable = build(applied)
+    module = prepared(applied)
+    executable = tvm.compile(module, target)
     if not agrees(outputs(executable)):
         raise WrongResultError("metaschedule: the tuned network computes wrong results, and no "
                                f"single tuned function explains it (tuned: {tuned})")
-    return executable, wrong
+    return executable, wrong, module
 
 
 def network_baseline(name: str, network: NetworkBuild, inputs: Sequence[np.ndarray],
@@ -250,7 +262,8 @@ def network_baseline(name: str, network: NetworkBuild, inputs: Sequence[np.ndarr
     """A layout-transformed network (``altenv.graph.network.build_network``) as a
     :class:`Baseline`; its weights are already in their physical layouts."""
     weights = [tvm.runtime.tensor(p, tvm.cpu(0)) for p in network.params]
-    return _vm_baseline(name, network.built.executable, network.target, inputs, weights, notes)
+    return _vm_baseline(name, network.built.executable, network.target, inputs, weights, notes,
+                        kernels=KernelSource(network.mod, network.target, network.kinds))
 
 
 def _torch_module_setup(module: torch.nn.Module, inputs: list[np.ndarray]

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..config import RunConfig
+from ..config import OTHERS_SHARE, BudgetConfig, RunConfig
 from ..measure import MeasureConfig
 from ..target import make_target
 from .ops import METASCHEDULE, cell_dir
@@ -27,10 +27,9 @@ from .suite import BenchSuite, NetEntry
 def _run_config(suite: BenchSuite, entry: NetEntry, tuner: str, seed: int, path: Path,
                 budget: int, measure: MeasureConfig) -> RunConfig:
     agent = suite.agent(tuner).model_dump()
-    joint = round(budget * 0.3)
     return RunConfig(name=path.name, model=entry.model, model_options=entry.options,
                      target=suite.target, agent=agent, seed=seed, measure=measure,
-                     budget={"joint": joint, "loop_only": budget - joint},
+                     budget=BudgetConfig.split(budget, OTHERS_SHARE),
                      output_dir=str(path.parent))
 
 
@@ -85,46 +84,49 @@ def conversion_cost(network: Any, inputs: list[Any], rounds: int = 10) -> tuple[
     return statistics.median(paired), stats["network"].median
 
 
+def _cell_program(suite: BenchSuite, entry: NetEntry, cell: dict[str, Any], output: Path,
+                  model: Any, inputs: list[Any]) -> tuple[Any, Any]:
+    """A finished cell's network as a baseline named ``tuner#seed``, and for an altenv
+    cell its :class:`~altenv.graph.network.NetworkBuild` (``None`` for MetaSchedule)."""
+    import yaml
+
+    from ..baselines import network_baseline, tuned_relax_baseline
+    from ..graph.network import build_network
+    from ..graph.tasks import extract_tasks
+    from ..run import best_schedules, others_database
+
+    label = f"{cell['tuner']}#{cell['seed']}"
+    path = cell_dir(output, entry, cell["tuner"], cell["seed"])
+    if cell["tuner"] == METASCHEDULE:
+        run = tuned_relax_baseline(model.mod, model.params, inputs, path, target=suite.target)
+        run.name = label
+        return run, None
+    cfg = RunConfig.model_validate(yaml.safe_load((path / "config.yaml").read_text()))
+    factors, schedules, read_through = best_schedules(
+        cfg, json.loads((path / "best.json").read_text()))
+    network = build_network(extract_tasks(model), factors, schedules, suite.target,
+                            read_through, others_database(path), cfg.fast_math)
+    return network_baseline(label, network, inputs), network
+
+
 def retime_net(suite: BenchSuite, entry: NetEntry, cells: list[dict[str, Any]], output: Path,
                baselines: list[str], rounds: int = 10) -> dict[str, Any]:
     """Rebuild every finished cell's network and the baselines, check them against torch,
     time them interleaved; writes and returns ``timing.json``."""
-    import yaml
-
-    from ..baselines import (
-        compare,
-        network_baseline,
-        torch_module_baseline,
-        tuned_relax_baseline,
-        untuned_relax_baseline,
-    )
+    from ..baselines import compare, torch_module_baseline, untuned_relax_baseline
     from ..graph import load_model
-    from ..graph.network import build_network
-    from ..graph.tasks import extract_tasks
-    from ..run import best_schedules
 
     model = load_model(entry.model, seed=0, **entry.options)
     inputs = model.random_inputs(12345)
     expected = model.reference(inputs)
     runs, extras = [], {}
     for cell in cells:
-        label = f"{cell['tuner']}#{cell['seed']}"
-        path = cell_dir(output, entry, cell["tuner"], cell["seed"])
-        if cell["tuner"] == METASCHEDULE:
-            run = tuned_relax_baseline(model.mod, model.params, inputs, path,
-                                       target=suite.target)
-            run.name = label
-        else:
-            cfg = RunConfig.model_validate(yaml.safe_load((path / "config.yaml").read_text()))
-            factors, schedules, read_through = best_schedules(
-                cfg, json.loads((path / "best.json").read_text()))
-            network = build_network(extract_tasks(model), factors, schedules, suite.target,
-                                    read_through)
+        run, network = _cell_program(suite, entry, cell, output, model, inputs)
+        if network is not None:
             conv, total = conversion_cost(network, inputs)
-            extras[label] = {"conversions": len(network.conversions),
-                             "reads_through": len(network.reads_through),
-                             "conversion_ms": conv * 1e3, "conversion_share": conv / total}
-            run = network_baseline(label, network, inputs)
+            extras[run.name] = {"conversions": len(network.conversions),
+                                "reads_through": len(network.reads_through),
+                                "conversion_ms": conv * 1e3, "conversion_share": conv / total}
         runs.append(run)
     if "tvm-default" in baselines:
         runs.append(untuned_relax_baseline(model.mod, model.params, inputs, target=suite.target))
@@ -142,3 +144,28 @@ def retime_net(suite: BenchSuite, entry: NetEntry, cells: list[dict[str, Any]], 
     (output / entry.name / "timing.json").write_text(json.dumps(timing, indent=1))
     return timing
 
+
+def profile_net(suite: BenchSuite, entry: NetEntry, cells: list[dict[str, Any]], output: Path,
+                rounds: int = 5) -> str:
+    """Every finished cell's network rebuilt, checked against torch and profiled per kernel,
+    all kernels interleaved (:func:`~altenv.graph.kernels.profile_kernels`); writes
+    ``profile.csv`` and ``profile.png`` next to the entry's ``timing.json`` and returns the
+    printed summary."""
+    from ..baselines import check_baseline
+    from ..graph import load_model
+    from ..graph.kernels import profile_kernels
+    from .profile import write_profile
+
+    model = load_model(entry.model, seed=0, **entry.options)
+    inputs = model.random_inputs(12345)
+    expected = model.reference(inputs)
+    sources = {}
+    for cell in cells:
+        run, _ = _cell_program(suite, entry, cell, output, model, inputs)
+        check_baseline(run, expected, rtol=1e-4)
+        sources[run.name] = run.kernels
+    timing_file = output / entry.name / "timing.json"
+    timing = json.loads(timing_file.read_text()) if timing_file.exists() else {}
+    latency = {label: prog["median_s"] for label, prog in timing.get("programs", {}).items()}
+    return write_profile(entry.name, profile_kernels(sources, rounds), latency,
+                         output / entry.name)

@@ -1,7 +1,8 @@
 """Running a suite: every entry's cells tuned (or reused), then the entry re-timed.
 
 Finished cells and timings are reused, so an interrupted run picks up where it stopped;
-``retime`` times finished cells again (e.g. once the machine is idle). Timing runs in a
+``retime`` times finished cells again (e.g. once the machine is idle); ``profile`` also
+times every network's kernels alone (:func:`~altenv.bench.net.profile_net`). Timing runs in a
 fresh process: timed in the process that had just tuned, PyTorch's worker took 24-47 ms
 on five ``alt9`` operators that a fresh process times at 0.36-5.3 ms, so whatever tuning
 leaves behind must not share the machine's cores with the contenders.
@@ -15,15 +16,19 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from .net import retime_net, tune_net_cell
+from .net import profile_net, retime_net, tune_net_cell
 from .ops import retime_workload, tune_cell
 from .suite import BenchSuite
 
 
 def run_bench(suite: BenchSuite, output: str | Path, pattern: str | None = None,
-              progress: bool = True, retime: bool = False) -> list[dict[str, Any]]:
+              progress: bool = True, retime: bool = False, profile: bool = False
+              ) -> list[dict[str, Any]]:
     """Tune and re-time the suite's entries whose names match ``pattern``; returns their
-    timings (``timing.json`` of each entry)."""
+    timings (``timing.json`` of each entry). ``profile`` (network suites) prints and writes
+    each entry's per-kernel profile after its timing."""
+    if profile and suite.kind != "nets":
+        raise ValueError("profile: network suites only (an operator entry is one kernel)")
     tune, time_entry, what = ((tune_cell, retime_workload, "programs") if suite.kind == "ops"
                               else (tune_net_cell, retime_net, "networks"))
     output = Path(output)
@@ -37,6 +42,8 @@ def run_bench(suite: BenchSuite, output: str | Path, pattern: str | None = None,
             timing = json.loads(timing_file.read_text())
             if timing.get("budget") == suite.budget and expected <= set(timing["cells"]):
                 timings.append(timing)
+                if profile:
+                    _profile(suite, entry, timing, output)
                 continue
         cells = []
         for seed in range(suite.seeds):
@@ -48,7 +55,16 @@ def run_bench(suite: BenchSuite, output: str | Path, pattern: str | None = None,
               f"{len(suite.baselines)} baselines interleaved")
         timings.append(_in_fresh_process(time_entry, suite, entry, cells, output,
                                          suite.baselines))
+        if profile:
+            _profile(suite, entry, timings[-1], output)
     return timings
+
+
+def _profile(suite: BenchSuite, entry: Any, timing: dict[str, Any], output: Path) -> None:
+    """Print ``entry``'s per-kernel profile, taken in a fresh process."""
+    cells = [{"tuner": c["tuner"], "seed": c["seed"]} for c in timing["cells"].values()]
+    print(f"[bench] {entry.name}: profiling {len(cells)} networks per kernel")
+    print(_in_fresh_process(profile_net, suite, entry, cells, output), end="")
 
 
 def _in_fresh_process(fn: Any, *args: Any) -> Any:

@@ -43,8 +43,10 @@ import tvm
 import tvm.ir.expr as ire
 import tvm_ffi
 from tvm import relax, s_tir, tirx
+from tvm.s_tir.meta_schedule.database import Database
 
 from altenv.graph.build import BuiltModel, compile_module, with_func
+from altenv.graph.kernels import CALL_TIR, kernel_calls
 from altenv.graph.lowering import ComplexLowering, NotMappable, lower_complex
 from altenv.graph.propagation import (
     COMPLEX,
@@ -61,14 +63,14 @@ from altenv.graph.spatial import parallel_spatial, untuned_schedule
 from altenv.graph.tasks import TaskGraph
 from altenv.layout import Layout
 from altenv.layout.convert import conversion_func
-from altenv.target import target_cores
+from altenv.target import make_target, target_cores
+from altenv.tuning.others import tuned_kernel
 
 log = logging.getLogger(__name__)
 
 Scheduled = tirx.PrimFunc | s_tir.Schedule
 MEASURE = "measure"
 ReadThrough = Collection[int] | Literal["measure"] | None
-CALL_TIR = "relax.call_tir"
 
 
 def op_name(index: int) -> str:
@@ -271,6 +273,10 @@ class NetworkBuild:
     scheduled: the PrimFuncs that carry a tuned schedule.
     reads_through: the complex calls that read their data operand as it is stored (no
         conversion before them).
+    kinds: what each PrimFunc ``main`` calls computes (a complex op kind, ``conversion``,
+        or the kind of the task it was generated from), for per-kernel profiles.
+    tuned_others: the other kernels (not complex calls) scheduled from the ``others``
+        database.
     """
 
     plan: NetworkPlan
@@ -282,6 +288,8 @@ class NetworkBuild:
     target: tvm.target.Target
     scheduled: frozenset[str] = frozenset()
     reads_through: tuple[int, ...] = ()
+    kinds: Mapping[str, str] = field(default_factory=dict)
+    tuned_others: tuple[str, ...] = ()
     _device_weights: list[tvm.runtime.Tensor] | None = field(default=None, init=False,
                                                              repr=False)
 
@@ -327,10 +335,16 @@ def _flatten(value: Any) -> list[np.ndarray]:
 def build_network(graph: TaskGraph, factors: Mapping[str, Mapping[str, int]] | None = None,
                   schedules: Mapping[str, Scheduled] | None = None,
                   target: str | dict | tvm.target.Target | None = None,
-                  read_through: ReadThrough = None) -> NetworkBuild:
+                  read_through: ReadThrough = None,
+                  others: Database | None = None,
+                  fast_math: Collection[str] = ()) -> NetworkBuild:
     """Compile ``graph`` with the template ``factors`` of each complex task (default: untiled)
     and ``schedules`` of their layout-transformed programs (:meth:`NetworkPlan.program`;
-    default schedules otherwise).
+    default schedules otherwise). The other kernels (kept tasks, generated elementwise and
+    conversion functions) take their schedules from the MetaSchedule database ``others``
+    where it has one (:mod:`altenv.tuning.others`), else the defaults above. The regenerated
+    elementwise tasks compute the float32 functions named in ``fast_math`` (``erf``,
+    ``tanh``, ``exp``) with TVM's fast versions (:mod:`altenv.graph.regen`).
 
     ``read_through`` picks the complex calls that read their data operand in the layout it
     is stored in instead of converting it first (see :mod:`altenv.graph.read_through`):
@@ -338,23 +352,40 @@ def build_network(graph: TaskGraph, factors: Mapping[str, Mapping[str, int]] | N
     task's schedule replays), ``"measure"`` each such call where that is measured faster.
     :attr:`NetworkBuild.reads_through` lists the calls that do."""
     plan = plan_network(graph, factors)
-    return build_plan(plan, schedules, target, read_through)
+    return build_plan(plan, schedules, target, read_through, others, fast_math)
 
 
 def build_plan(plan: NetworkPlan, schedules: Mapping[str, Scheduled] | None = None,
                target: str | dict | tvm.target.Target | None = None,
-               read_through: ReadThrough = None) -> NetworkBuild:
-    """Rewrite ``main`` from ``plan`` and compile it (``read_through``: see
-    :func:`build_network`)."""
-    from altenv.target import make_target
-
+               read_through: ReadThrough = None,
+               others: Database | None = None,
+               fast_math: Collection[str] = ()) -> NetworkBuild:
+    """Rewrite ``main`` from ``plan`` and compile it (``read_through``, ``others``,
+    ``fast_math``: see :func:`build_network`)."""
     tgt = make_target(target)
-    rewriter = _Rewriter(plan, dict(schedules or {}), tgt, read_through)
+    rewriter = _Rewriter(plan, dict(schedules or {}), tgt, read_through, others, fast_math)
     mod = rewriter.run()
     built = compile_module(mod, tgt, rewriter.scheduled)
     return NetworkBuild(plan, mod, built, rewriter.param_names, rewriter.param_values,
                         rewriter.conversions, tgt, frozenset(rewriter.scheduled),
-                        tuple(rewriter.reads_through))
+                        tuple(rewriter.reads_through), rewriter.kinds,
+                        tuple(rewriter.tuned_others))
+
+
+def other_kernels(plan: NetworkPlan, schedules: Mapping[str, Scheduled] | None = None,
+                  target: str | dict | tvm.target.Target | None = None,
+                  read_through: ReadThrough = None, fast_math: Collection[str] = ()
+                  ) -> tuple[dict[str, tuple[tirx.PrimFunc, int]], tuple[int, ...]]:
+    """The kernels of the network :func:`build_plan` would compile that the layout search
+    does not tune: name -> (unscheduled PrimFunc, calls in ``main``); and the calls that
+    read through (``"measure"`` decides them here, so a later build can be given them).
+    Nothing is compiled but what ``"measure"`` times."""
+    rewriter = _Rewriter(plan, dict(schedules or {}), make_target(target), read_through,
+                         fast_math=fast_math)
+    calls = kernel_calls(rewriter.run())
+    kernels = {name: (func, calls[name]) for name, func in rewriter.other_kernels.items()
+               if calls[name]}
+    return kernels, tuple(rewriter.reads_through)
 
 
 class _Rewriter:
@@ -363,10 +394,15 @@ class _Rewriter:
     tasks kept as they are :func:`untuned_schedule`."""
 
     def __init__(self, plan: NetworkPlan, schedules: dict[str, Scheduled],
-                 target: tvm.target.Target, read_through: ReadThrough = None) -> None:
+                 target: tvm.target.Target, read_through: ReadThrough = None,
+                 others: Database | None = None, fast_math: Collection[str] = ()) -> None:
         self.plan = plan
+        self.fast_math = tuple(fast_math)
         self.schedules = schedules
         self.target = target
+        self.others = others
+        self.other_kernels: dict[str, tirx.PrimFunc] = {}
+        self.tuned_others: list[str] = []
         self.cores = target_cores(target) if target.kind.name == "llvm" else None
         if read_through is not None and read_through != MEASURE:
             read_through = frozenset(int(i) for i in read_through)
@@ -393,6 +429,7 @@ class _Rewriter:
         self.funcs: dict[Any, tvm.ir.GlobalVar] = {}
         self.scheduled: set[str] = set()
         self.untuned: set[str] = set()
+        self.kinds: dict[str, str] = {}
         self.remap: dict[Any, Any] = dict(zip(self.main.params, self.inputs))
         self.var_tensor: dict[Any, str] = {}
 
@@ -446,8 +483,8 @@ class _Rewriter:
         dtype = str(have[src].ty.dtype)
         key = (src, layout, dtype)
         if key not in self.conv_funcs:
-            func = conversion_func(src, layout, dtype).without_attr("global_symbol")
-            self.conv_funcs[key] = self.bb.add_func(self._spatial(func), "layout_convert")
+            func = _noalias(conversion_func(src, layout, dtype).without_attr("global_symbol"))
+            self.conv_funcs[key] = self._add_other(func, "layout_convert", "conversion")
         gvar = self.conv_funcs[key]
         var = self.bb.emit(relax.call_tir(gvar, [have[src]], relax.TensorType(
             list(layout.shape), dtype)), "convert")
@@ -566,6 +603,7 @@ class _Rewriter:
         if key not in self.funcs:
             func = self.variants.get(key) or self._schedule(task, lowering.func(layouts))
             self.funcs[key] = self.bb.add_func(_noalias(func), f"alt_{task}")
+            self.kinds[self.funcs[key].name_hint] = self.plan.graph.tasks[task].kind
             if task in self.schedules:
                 self.scheduled.add(self.funcs[key].name_hint)
         return self.funcs[key]
@@ -608,8 +646,8 @@ class _Rewriter:
             return None
         if self.read_through == MEASURE:
             dtype = self.plan.graph.calls[index].dtype
-            conversion = self._spatial(conversion_func(storage, want, dtype)
-                                       .without_attr("global_symbol"))
+            conversion, _ = self._other(_noalias(conversion_func(storage, want, dtype)
+                                                 .without_attr("global_symbol")))
             original = self._schedule(task, lowering.func(layouts))
             faster, through, convert = reads_through_faster(
                 _noalias(func), conversion, _noalias(original), self.target)
@@ -652,19 +690,45 @@ class _Rewriter:
                         "default schedule", task)
         return None
 
-    def _spatial(self, func: tirx.PrimFunc) -> tirx.PrimFunc:
-        """A generated conversion or elementwise function, scheduled on a CPU target."""
-        func = _noalias(func)
-        return parallel_spatial(func, self.cores) if self.cores else func
+    def _other(self, func: tirx.PrimFunc, kept: bool = False) -> tuple[tirx.PrimFunc, bool]:
+        """``func``, a kernel the layout search does not tune (``kept``: a task kept as the
+        frontend fused it, else a generated conversion or elementwise function), with its
+        schedule from the ``others`` database when it has a correct one; otherwise, on a CPU
+        target, :func:`untuned_schedule` or :func:`parallel_spatial`. Also whether the
+        schedule came from the database."""
+        if self.others is not None:
+            tuned = tuned_kernel(self.others, func, self.target)
+            if tuned is not None:
+                return tuned, True
+        if self.cores is None:
+            return func, False
+        return (untuned_schedule(func, self.target, self.cores) if kept
+                else parallel_spatial(func, self.cores)), False
+
+    def _add_other(self, func: tirx.PrimFunc, name: str, kind: str) -> tvm.ir.GlobalVar:
+        """Add a generated kernel (scheduled by :meth:`_other`) to the module."""
+        scheduled, tuned = self._other(func)
+        gvar = self.bb.add_func(scheduled, name)
+        self._note_other(gvar.name_hint, kind, func, tuned)
+        return gvar
+
+    def _note_other(self, name: str, kind: str, func: tirx.PrimFunc, tuned: bool) -> None:
+        self.kinds[name] = kind
+        self.other_kernels[name] = func
+        if tuned:
+            self.scheduled.add(name)
+            self.tuned_others.append(name)
 
     def _untuned(self, task: str) -> tvm.ir.GlobalVar:
         """The function of a task kept as the frontend fused it, scheduled (once) by
-        :func:`untuned_schedule` on a CPU target."""
+        :meth:`_other`."""
         gvar = self.bb.get().get_global_var(task)
-        if self.cores is not None and task not in self.untuned:
+        if task not in self.untuned:
             self.untuned.add(task)
             func = self.bb.get()[gvar]
-            self.bb.update_func(gvar, untuned_schedule(func, self.target, self.cores))
+            scheduled, tuned = self._other(func, kept=True)
+            self.bb.update_func(gvar, scheduled)
+            self._note_other(task, self.plan.graph.tasks[task].kind, func, tuned)
         return gvar
 
     def _elementwise(self, index: int) -> tuple[tvm.ir.GlobalVar, list[Any], Layout]:
@@ -683,8 +747,9 @@ class _Rewriter:
         out_layout = self._storage(tensor_name(index))
         key = (call.task, tuple(sorted(layouts.items(), key=lambda kv: kv[0])), out_layout)
         if key not in self.funcs:
-            func = regen.func(layouts, out_layout)
-            self.funcs[key] = self.bb.add_func(self._spatial(func), call.task)
+            func = _noalias(regen.func(layouts, out_layout, self.fast_math))
+            self.funcs[key] = self._add_other(func, call.task,
+                                              self.plan.graph.tasks[call.task].kind)
         return self.funcs[key], args, out_layout
 
 

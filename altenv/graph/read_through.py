@@ -12,35 +12,11 @@ build's target, interleaved.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-import numpy as np
 import tvm
 from tvm import tirx
 
-from altenv.target import device_of, target_cores, use_tvm_threads
-
-
-class _Chain:
-    """A block timer for PrimFuncs run one after another on random inputs, each compiled
-    alone for ``target`` and timed by TVM's own evaluator (no Python overhead per call)."""
-
-    def __init__(self, funcs: Sequence[tirx.PrimFunc], target: tvm.target.Target, seed: int):
-        rng = np.random.default_rng(seed)
-        dev = device_of(target)
-        self.steps = []
-        for func in funcs:
-            lib = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}),
-                              target=target)
-            args = [tvm.runtime.tensor(rng.uniform(-1, 1, [int(d) for d in p.shape])
-                                       .astype(str(p.dtype)), dev) for p in func.params]
-            self.steps.append((lib.mod, dev, args))
-
-    def block(self, inner: int) -> float:
-        total = 0.0
-        for mod, dev, args in self.steps:
-            total += mod.time_evaluator("main", dev, number=inner, repeat=1)(*args).mean
-        return total
+from altenv.graph.kernels import KernelChain
+from altenv.target import target_cores, use_tvm_threads
 
 
 def reads_through_faster(variant: tirx.PrimFunc, conversion: tirx.PrimFunc,
@@ -51,8 +27,8 @@ def reads_through_faster(variant: tirx.PrimFunc, conversion: tirx.PrimFunc,
     from altenv.baselines.timing import time_interleaved  # baselines import the network
 
     use_tvm_threads(target_cores(target))
-    stats = time_interleaved({"through": _Chain([variant], target, 0),
-                              "convert": _Chain([conversion, original], target, 0)},
+    stats = time_interleaved({"through": KernelChain([variant], target, 0),
+                              "convert": KernelChain([conversion, original], target, 0)},
                              rounds=rounds, min_block_seconds=0.005, cooldown_seconds=0.002)
     through, convert = stats["through"].median, stats["convert"].median
     return through < convert, through, convert

@@ -4,8 +4,9 @@
   TE stage whose loops run over the output's physical shape. Left unscheduled they are one
   serial scalar loop nest: on MobileNet-V2 the conversions alone took a third of the
   network's latency. :func:`parallel_spatial` spreads the outer loops over the target's
-  cores and vectorizes the innermost one; where a padding condition varies along that
-  loop, TVM's vectorizer keeps it scalar (it never loads outside a buffer).
+  cores and vectorizes the innermost one (or, when it is wide, the inner part of a split of
+  it); where a padding condition varies along that loop, TVM's vectorizer keeps it scalar
+  (it never loads outside a buffer).
 * The tasks it keeps as the frontend fused them (softmax, layer norm, pooling, a complex
   task it cannot map): :func:`untuned_schedule` gives them dlight's CPU reduction rule
   where it applies, else runs the leading spatial loops of their last block in parallel.
@@ -27,8 +28,10 @@ from tvm.s_tir.dlight.analysis import normalize_prim_func
 PARALLEL_MIN_ELEMENTS = 4096
 #: Work items per core the parallel loop is fused to reach (balances uneven chunks).
 ITEMS_PER_CORE = 8
-#: The widest innermost loop that is vectorized as a whole.
+#: The widest innermost loop that is vectorized as a whole; a wider one is split by its
+#: largest divisor between ``MIN_VECTOR`` and this, and the inner part vectorized.
 MAX_VECTOR = 64
+MIN_VECTOR = 8
 
 
 def parallel_spatial(func: tirx.PrimFunc, cores: int) -> tirx.PrimFunc:
@@ -84,12 +87,16 @@ def untuned_schedule(func: tirx.PrimFunc, target: tvm.target.Target, cores: int
 def _parallel_vectorize(sch: s_tir.Schedule, loops: list, extents: list[int], spatial: int,
                         cores: int) -> bool:
     """Vectorize the innermost loop when it is one of the ``spatial`` leading (data-parallel)
-    loops, not the only loop, and at most ``MAX_VECTOR`` wide; fuse the leading spatial loops
-    outside it until ``ITEMS_PER_CORE * cores`` items and mark them parallel, when the loop
-    nest does ``PARALLEL_MIN_ELEMENTS`` iterations or more. Returns whether it did either."""
-    vector = len(loops) > 1 and spatial == len(loops) and 1 < extents[-1] <= MAX_VECTOR
+    loops, not the only loop, and at most ``MAX_VECTOR`` wide (a wider one: its inner part
+    of a split, see ``MIN_VECTOR``); fuse the leading spatial loops outside it until
+    ``ITEMS_PER_CORE * cores`` items and mark them parallel, when the loop nest does
+    ``PARALLEL_MIN_ELEMENTS`` iterations or more. Returns whether it did either."""
+    width = extents[-1] if extents[-1] <= MAX_VECTOR else next(
+        (d for d in range(MAX_VECTOR, MIN_VECTOR - 1, -1) if extents[-1] % d == 0), 0)
+    vector = len(loops) > 1 and spatial == len(loops) and width > 1
     if vector:
-        sch.vectorize(loops[-1])
+        inner = loops[-1] if width == extents[-1] else sch.split(loops[-1], [None, width])[1]
+        sch.vectorize(inner)
     outer = loops[:min(spatial, len(loops) - 1)] if len(loops) > 1 else loops[:spatial]
     if cores > 1 and outer and math.prod(extents) >= PARALLEL_MIN_ELEMENTS:
         count, work = 0, 1

@@ -1,0 +1,138 @@
+"""Single PrimFuncs timed alone: the read-through choice and the per-kernel profile.
+
+:class:`KernelChain` compiles PrimFuncs one by one for a target and times them back to back
+on random inputs with TVM's own evaluator (no Python overhead per call).
+:func:`profile_kernels` uses it on every PrimFunc the ``main`` of one or more compiled
+programs calls: each kernel's time per call, interleaved with all the others over rounds,
+times its number of calls. The sum
+leaves out what the VM does between kernels (allocation, views, argument checks), so it
+comes out below the network's latency; the difference is reported as such, not spread over
+the kernels.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import tvm
+import tvm.ir.expr as ire
+from tvm import relax, tirx
+
+from altenv.graph.ops_match import analyze_func
+from altenv.target import device_of, target_cores, use_tvm_threads
+
+CALL_TIR = "relax.call_tir"
+
+
+class KernelChain:
+    """A block timer (:class:`altenv.baselines.timing.BlockTimer`) for PrimFuncs run one
+    after another on random inputs, each compiled alone for ``target``."""
+
+    def __init__(self, funcs: Sequence[tirx.PrimFunc], target: tvm.target.Target, seed: int):
+        rng = np.random.default_rng(seed)
+        dev = device_of(target)
+        self.steps = []
+        for func in funcs:
+            lib = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}),
+                              target=target)
+            args = [tvm.runtime.tensor(rng.uniform(-1, 1, [int(d) for d in p.shape])
+                                       .astype(str(p.dtype)), dev) for p in func.params]
+            self.steps.append((lib.mod, dev, args))
+
+    def block(self, inner: int) -> float:
+        """Seconds for one pass over the chain, averaged over ``inner`` passes."""
+        total = 0.0
+        for mod, dev, args in self.steps:
+            total += mod.time_evaluator("main", dev, number=inner, repeat=1)(*args).mean
+        return total
+
+
+@dataclass(frozen=True)
+class KernelTime:
+    """One PrimFunc of a network in a profile.
+
+    Parameters
+    ----------
+    name: its name in the module.
+    kind: what it computes: a complex op kind (``c2d``, ``gmm``, ...), ``conversion`` (a
+        layout conversion a network build inserted), ``reduce``, ``elemwise`` or
+        ``injective``.
+    calls: its call sites in ``main``.
+    seconds: median seconds per call, timed alone.
+    spread: interquartile range over median of its rounds.
+    """
+
+    name: str
+    kind: str
+    calls: int
+    seconds: float
+    spread: float
+
+    @property
+    def total(self) -> float:
+        """Seconds per network run: ``calls * seconds``."""
+        return self.calls * self.seconds
+
+
+def kernel_calls(mod: tvm.IRModule) -> Counter[str]:
+    """How often ``main`` calls each PrimFunc, after the reshapes the VM runs as views are
+    rewritten (as the CPU pipeline does before lowering)."""
+    main = relax.transform.RewriteDataflowReshape()(mod)["main"]
+    call_tir = tvm.ir.Op.get(CALL_TIR)
+    calls: Counter[str] = Counter()
+    for block in main.body.blocks:
+        for binding in block.bindings:
+            value = binding.value
+            if isinstance(value, ire.Call) and value.op.same_as(call_tir):
+                calls[value.args[0].name_hint] += 1
+    return calls
+
+
+def kind_of(func: tirx.PrimFunc) -> str:
+    """What an unscheduled PrimFunc computes (:func:`~altenv.graph.ops_match.analyze_func`):
+    its complex op's kind, else ``reduce`` / ``elemwise`` / ``injective``."""
+    return analyze_func(func).kind
+
+
+@dataclass(frozen=True)
+class KernelSource:
+    """A compiled Relax program as the profiler reads it.
+
+    Parameters
+    ----------
+    module: the module that was compiled (``main`` and its PrimFuncs).
+    target: the target it was compiled for.
+    kinds: what each kernel computes (:attr:`KernelTime.kind`); a kernel left out is
+        classified by :func:`kind_of`, which reads unscheduled functions, so tuned ones
+        need an entry.
+    """
+
+    module: tvm.IRModule
+    target: tvm.target.Target
+    kinds: Mapping[str, str] = field(default_factory=dict)
+
+
+def profile_kernels(programs: Mapping[str, KernelSource], rounds: int = 5,
+                    seed: int = 0) -> dict[str, list[KernelTime]]:
+    """Every PrimFunc each program's ``main`` calls, compiled alone and timed on random
+    inputs, the kernels of all programs interleaved over ``rounds``; per program the
+    largest share first. TVM's thread pool gets the first program's target's cores."""
+    from altenv.baselines.timing import time_interleaved  # baselines import the network
+
+    if programs:
+        use_tvm_threads(target_cores(next(iter(programs.values())).target))
+    calls = {label: kernel_calls(src.module) for label, src in programs.items()}
+    chains = {(label, name): KernelChain([src.module[name]], src.target, seed)
+              for label, src in programs.items() for name in calls[label]}
+    stats = time_interleaved(chains, rounds=rounds, min_block_seconds=0.005,
+                             cooldown_seconds=0.002)
+    out = {}
+    for label, src in programs.items():
+        rows = [KernelTime(name, src.kinds.get(name) or kind_of(src.module[name]), count,
+                           stats[label, name].median, stats[label, name].spread)
+                for name, count in calls[label].items()]
+        out[label] = sorted(rows, key=lambda row: -row.total)
+    return out

@@ -1,0 +1,114 @@
+"""MetaSchedule for the kernels of a network that the layout search does not tune.
+
+Once every complex task has its layouts and schedule, the network's remaining kernels are
+fixed PrimFuncs: the tasks kept as the frontend fused them (softmax, layer norm, pooling, a
+complex task that cannot be mapped), the regenerated elementwise tasks and the layout
+conversions. :func:`tune_others` gives them MetaSchedule's own search (its design spaces,
+evolutionary search and XGBoost model, the task scheduler spreading the trials by call
+count and latency) for a share of the run's budget, as ``tune_relax`` does for every task
+of a network. Its records go to a MetaSchedule JSON database in the run directory, so a
+run cut short continues from them.
+
+:func:`tuned_kernel` reads a kernel's best schedule back at build time, checked against the
+unscheduled kernel on random inputs: a tuned kernel that computes other numbers is not
+used (the build falls back to its default schedule, with a warning).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import tvm
+from tvm import tirx
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.logging import get_loggers_from_work_dir
+from tvm.s_tir.meta_schedule.utils import fork_seed
+
+from ..measure import MeasureConfig
+from ..measure.check import max_relative_error
+from ..target import device_of, target_cores
+
+log = logging.getLogger(__name__)
+
+#: The run directory's subdirectory holding the database.
+OTHERS_DIR = "others"
+#: Candidates MetaSchedule measures per search iteration (its default, 64, would spend a
+#: small budget on one or two kernels).
+TRIALS_PER_ITER = 16
+
+
+def workload(func: tirx.PrimFunc) -> tvm.IRModule:
+    """The module a kernel is tuned and looked up as."""
+    return tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
+
+
+def open_database(work_dir: str | Path) -> ms.database.JSONDatabase:
+    """The MetaSchedule JSON database of a run's other kernels (created if missing)."""
+    Path(work_dir).mkdir(parents=True, exist_ok=True)
+    return ms.database.JSONDatabase(work_dir=str(work_dir))
+
+
+def tune_others(kernels: Mapping[str, tuple[tirx.PrimFunc, int]], trials: int,
+                work_dir: str | Path, target: tvm.target.Target, config: MeasureConfig,
+                seed: int = 0) -> int:
+    """Tune ``kernels`` (name -> unscheduled PrimFunc and its call count) with MetaSchedule
+    until the database in ``work_dir`` holds ``trials`` records in all (a resumed run adds
+    only what is missing); returns the records it holds."""
+    from ..baselines.base import metaschedule_session  # baselines import the network
+
+    database = open_database(work_dir)
+    done = len(database.get_all_tuning_records())
+    left = trials - done
+    if left <= 0 or not kernels:
+        return done
+    names = list(kernels)
+    contexts = [ms.TuneContext(mod=workload(kernels[name][0]), target=target,
+                               space_generator="post-order-apply",
+                               search_strategy="evolutionary", task_name=name,
+                               rand_state=rand_state, num_threads=target_cores(target),
+                               logger=logger).clone()
+                for name, logger, rand_state in zip(
+                    names, get_loggers_from_work_dir(str(work_dir), names),
+                    fork_seed(seed + done, n=len(names)))]
+    with metaschedule_session(config, target) as (builder, runner):
+        ms.tune_tasks(tasks=contexts, task_weights=[float(kernels[n][1]) for n in names],
+                      work_dir=str(work_dir), max_trials_global=left,
+                      num_trials_per_iter=min(TRIALS_PER_ITER, left), builder=builder,
+                      runner=runner, database=database)
+    return len(database.get_all_tuning_records())
+
+
+def tuned_kernel(database: ms.database.Database, func: tirx.PrimFunc,
+                 target: tvm.target.Target) -> tirx.PrimFunc | None:
+    """``func`` with its best schedule from ``database``, or ``None`` when it has none or
+    the scheduled kernel's outputs differ from ``func``'s on random inputs."""
+    sch = database.query_schedule(workload(func), target, workload_name="main")
+    if sch is None:
+        return None
+    scheduled = sch.mod["main"].without_attr("global_symbol")
+    err = _difference(func, scheduled, target)
+    if not err <= 1e-5:
+        log.warning("a tuned kernel computes other results than its program (relative error "
+                    "%.3g); default schedule", err)
+        return None
+    return scheduled
+
+
+def _difference(reference: tirx.PrimFunc, candidate: tirx.PrimFunc,
+                target: tvm.target.Target) -> float:
+    """Largest relative error between the buffers of the two kernels after running both on
+    the same random inputs (integer buffers hold zeros: valid indices)."""
+    rng = np.random.default_rng(0)
+    dev = device_of(target)
+    values = [rng.uniform(-1, 1, [int(d) for d in p.shape]).astype(str(p.dtype))
+              for p in reference.params]
+    results = []
+    for func in (reference, candidate):
+        lib = tvm.compile(workload(func), target=target)
+        args = [tvm.runtime.tensor(v, dev) for v in values]
+        lib["main"](*args)
+        results.append([a.numpy() for a in args])
+    return max((max_relative_error(c, r) for r, c in zip(*results)), default=0.0)
