@@ -171,7 +171,8 @@ def test_net_bench_tiny_model(tmp_path, tiny_model):
     suite = _suite_file(tmp_path, kind="nets", budget=6, tuners=["altenv", "metaschedule"],
                         models=[{"name": "tiny", "model": tiny_model}])
     out = tmp_path / "out"
-    assert main(["bench", "net", "--suite", str(suite), "--output", str(out), "--quiet"]) == 0
+    assert main(["bench", "net", "--suite", str(suite), "--output", str(out), "--quiet",
+                 "--profile"]) == 0
     with (out / "results.csv").open() as f:
         rows = {r["tuner"]: r for r in csv.DictReader(f)}
     assert set(rows) == {"altenv", "metaschedule"}
@@ -179,3 +180,15 @@ def test_net_bench_tiny_model(tmp_path, tiny_model):
     share = float(rows["altenv"]["conversion_share"])
     assert share < 1 and int(rows["altenv"]["conversions"]) >= 1
     assert (out / "speedup.png").exists() and not (out / "convergence.png").exists()
+    # 6 trials: 1 for the other kernels (10 %), 5 for the layout and loop search
+    run = json.loads((out / "tiny" / "altenv-seed0" / "summary.json").read_text())
+    assert run["trials"] >= 6
+    # the per-kernel profile: every kernel of both programs, the convolutions among them
+    with (out / "tiny" / "profile.csv").open() as f:
+        kernels = list(csv.DictReader(f))
+    assert {k["program"] for k in kernels} == {"altenv#0", "metaschedule#0"}
+    kinds = {(k["program"], k["kind"]) for k in kernels}
+    assert {("altenv#0", "c2d"), ("altenv#0", "conversion"), ("metaschedule#0", "c2d"),
+            ("metaschedule#0", "grp")} <= kinds
+    assert all(float(k["total_us"]) > 0 and int(k["calls"]) >= 1 for k in kernels)
+    assert (out / "tiny" / "profile.png").exists()

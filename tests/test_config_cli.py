@@ -44,6 +44,10 @@ def write(tmp_path: Path, text: str) -> Path:
     ("name: x\nworkload: gmm:M=8,N=8,K=8\nmeasure: {number: 0}\n",
      "measure.number: Input should be greater than or equal to 1"),
     ("- a\n- b\n", "the top level must be a mapping"),
+    ("name: x\nworkload: gmm:M=8,N=8,K=8\nbudget: {others: 8}\n",
+     "budget.others: an operator run has no other kernels"),
+    ("name: x\nmodel: resnet18\nfast_math: [log]\n",
+     "fast_math.0: Input should be 'erf', 'tanh' or 'exp'"),
 ])
 def test_bad_configs_name_the_field(tmp_path, text, message):
     with pytest.raises(ConfigError) as err:
@@ -100,3 +104,12 @@ def test_tune_killed_and_resumed(tmp_path):
     summary = json.loads((tmp_path / "k" / "summary.json").read_text())
     assert summary["trials"] == 24 and summary["max_rel_err_vs_torch"] < 1e-3
     assert (tmp_path / "k" / "best.json").exists() and (tmp_path / "k" / "tb").is_dir()
+
+
+def test_budget_split_gives_a_share_to_the_other_kernels():
+    from altenv.config import BudgetConfig
+
+    budget = BudgetConfig.split(2000, 0.1)
+    assert (budget.joint, budget.loop_only, budget.others) == (540, 1260, 200)
+    assert budget.total == 2000 and budget.searched == 1800
+    assert BudgetConfig.split(64).others == 0

@@ -89,3 +89,17 @@ def test_untuned_leaves_what_neither_rule_fits():
     total = te.compute((1,), lambda i: te.sum(a[k, k], axis=k), name="trace")
     func = te.create_prim_func([a, total])  # no spatial loop to spread
     assert untuned_schedule(func, make_target(None), cores=2) is func
+
+
+def test_wide_inner_loop_is_split_and_its_inner_part_vectorized():
+    """A 512-wide innermost loop (BERT-tiny's GELU) is too wide to vectorize whole: its
+    inner 64 are vectorized, the rest stays a serial loop; the numbers are unchanged."""
+    x = te.placeholder((128, 512), name="x")
+    y = te.compute((128, 512), lambda i, j: x[i, j] * 2.0, name="y")
+    func = parallel_spatial(te.create_prim_func([x, y]), cores=2)
+    loops = loops_of(func)
+    assert [lp.kind for lp in loops] == [tirx.ForKind.PARALLEL, tirx.ForKind.SERIAL,
+                                         tirx.ForKind.VECTORIZED]
+    assert [int(lp.extent) for lp in loops] == [128, 8, 64]
+    a = np.random.default_rng(0).standard_normal((128, 512)).astype("float32")
+    np.testing.assert_array_equal(_run(func, [a], (128, 512)), a * 2)

@@ -198,8 +198,9 @@ def tuned_relax_baseline(
     if wrong:
         notes += f"; built untuned (their tuned programs compute wrong results): {wrong}"
     # a pre-packed kernel is named after its task plus this suffix
-    kinds = {name: kind_of(fused[name.removesuffix("_prepacked")])
-             for name in kernel_calls(compiled)}
+    tasks = {gv.name_hint for gv in fused.get_global_vars()}
+    kinds = {name: kind_of(fused[task]) for name in kernel_calls(compiled)
+             if (task := name.removesuffix("_prepacked")) in tasks}
     return _vm_baseline("metaschedule", executable, tgt, inputs, weights, notes, tuning=summary,
                         prepacked=prepack,
                         kernels=KernelSource(compiled, tgt, kinds))

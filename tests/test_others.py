@@ -1,0 +1,89 @@
+"""The kernels a network build does not search layouts for: MetaSchedule tuning them
+(``budget.others``), TVM's fast math in regenerated elementwise tasks, and the per-kernel
+profile of a built network."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import tvm
+from test_network import _hand_factors, _hand_graph
+from tvm import te, tirx
+
+from altenv.baselines import network_baseline
+from altenv.graph import extract_tasks, load_model, max_rel_err, rel_err
+from altenv.graph.kernels import kernel_calls, profile_kernels
+from altenv.graph.network import build_network, build_plan, other_kernels, plan_network
+from altenv.graph.regen import Regenerable
+from altenv.layout import Layout
+from altenv.measure import MeasureConfig
+from altenv.target import make_target
+from altenv.tuning.others import open_database, tune_others
+
+
+def _gelu() -> tirx.PrimFunc:
+    x = te.placeholder((4, 64), name="x")
+    y = te.compute((4, 64), lambda i, j: x[i, j] * (0.5 + tirx.erf(x[i, j] * 0.7071067811865476)
+                                                    * 0.5), name="y")
+    return te.create_prim_func([x, y])
+
+
+def _run(func: tirx.PrimFunc, x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    out = tvm.runtime.tensor(np.zeros(shape, "float32"))
+    tvm.compile(func, target="llvm")["main"](tvm.runtime.tensor(x), out)
+    return out.numpy()
+
+
+def test_fast_erf_in_a_regenerated_gelu_is_close_to_erf():
+    """With ``fast_math=["erf"]`` the regenerated GELU calls no erf (TVM's polynomial
+    instead) and stays within 1e-6 of the exact GELU, in a tiled output layout too."""
+    regen = Regenerable.of(_gelu())
+    x = np.random.default_rng(0).uniform(-5, 5, (4, 64)).astype("float32")
+    exact = x * (0.5 + 0.5 * np.vectorize(math.erf)(x.astype(np.float64) / math.sqrt(2)))
+    tiled = Layout((4, 64)).split(1, [-1, 16]).reorder([1, 0, 2])
+    plain, fast = regen.func({}, Layout((4, 64))), regen.func({}, Layout((4, 64)), ["erf"])
+    assert "erf" in plain.script() and "erf" not in fast.script()
+    assert np.abs(_run(fast, x, (4, 64)) - exact).max() < 1e-6
+    out = _run(regen.func({}, tiled, ["erf"]), x, tiled.shape)
+    assert np.abs(out - tiled.apply(exact.astype("float32"))).max() < 1e-6
+
+
+def test_profile_times_every_kernel_main_calls():
+    """The profile of the hand network: one row per PrimFunc ``main`` calls, its call count
+    and kind (the two convolutions, the relu/add regenerated, the conversions)."""
+    graph, _ = _hand_graph()
+    network = build_network(graph, _hand_factors(graph))
+    x = np.random.default_rng(1).uniform(-1, 1, (1, 8, 12, 12)).astype("float32")
+    source = network_baseline("n", network, [x]).kernels
+    rows = profile_kernels({"n": source}, rounds=2)["n"]
+    assert {r.name: r.calls for r in rows} == dict(kernel_calls(network.mod))
+    assert sorted(r.kind for r in rows if r.kind == "c2d") == ["c2d", "c2d"]
+    assert sum(r.calls for r in rows if r.kind == "conversion") == len(network.conversions)
+    assert all(r.seconds > 0 and math.isfinite(r.spread) for r in rows)
+    assert [r.total for r in rows] == sorted((r.total for r in rows), reverse=True)
+
+
+@pytest.mark.slow
+def test_other_kernels_tuned_by_metaschedule_resume_and_build(tmp_path):
+    """BERT-tiny (small) with default layouts: its layer norms and softmaxes are among the
+    other kernels; MetaSchedule tunes them for 12 trials; a second call measures nothing
+    more; the build takes the tuned schedules, and still matches torch."""
+    model = load_model("bert_tiny", size="small")
+    graph = extract_tasks(model)
+    plan = plan_network(graph)
+    kernels, through = other_kernels(plan)
+    kinds = {graph.tasks[name].kind for name in kernels if name in graph.tasks}
+    assert "reduce" in kinds and through == ()
+    target = make_target(None)
+    config = MeasureConfig(number=1, repeat=1, min_repeat_ms=0)
+    records = tune_others(kernels, 12, tmp_path, target, config)
+    assert records >= 12
+    assert tune_others(kernels, 12, tmp_path, target, config) == records
+    network = build_plan(plan, others=open_database(tmp_path))
+    assert network.tuned_others and set(network.tuned_others) <= set(kernels)
+    assert set(network.tuned_others) <= network.scheduled
+    x = model.random_inputs(3)
+    assert max_rel_err(network.run(x), model.reference(x)) < 1e-4
+    assert rel_err(network.run(x)[0], build_plan(plan).run(x)[0]) < 1e-5
