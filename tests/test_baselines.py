@@ -238,8 +238,10 @@ def test_a_wrong_tuned_function_is_built_untuned_and_named(target) -> None:
     rng = np.random.default_rng(0)
     xs, ws = (rng.uniform(-1, 1, (4, 16)).astype("float32") for _ in range(2))
     weights = [tvm.runtime.tensor(ws)]
-    executable, untuned = _checked_build(fused, applied, target, False, [xs], weights)
+    executable, untuned, compiled = _checked_build(fused, applied, target, False, [xs],
+                                                    weights)
     assert untuned == ["add"]
+    tvm.ir.assert_structural_equal(compiled["add"], fused["add"])  # what was compiled
     vm = relax.VirtualMachine(executable, tvm.cpu(0))
     np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(xs), *weights).numpy(),
                                (xs + ws) * 3.0, rtol=1e-6)

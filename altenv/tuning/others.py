@@ -65,15 +65,15 @@ def tune_others(kernels: Mapping[str, tuple[tirx.PrimFunc, int]], trials: int,
     if left <= 0 or not kernels:
         return done
     names = list(kernels)
-    contexts = [ms.TuneContext(mod=workload(kernels[name][0]), target=target,
-                               space_generator="post-order-apply",
-                               search_strategy="evolutionary", task_name=name,
-                               rand_state=rand_state, num_threads=target_cores(target),
-                               logger=logger).clone()
-                for name, logger, rand_state in zip(
-                    names, get_loggers_from_work_dir(str(work_dir), names),
-                    fork_seed(seed + done, n=len(names)))]
     with metaschedule_session(config, target) as (builder, runner):
+        contexts = [ms.TuneContext(mod=workload(kernels[name][0]), target=target,
+                                   space_generator="post-order-apply",
+                                   search_strategy="evolutionary", task_name=name,
+                                   rand_state=rand_state, num_threads=target_cores(target),
+                                   logger=logger).clone()
+                    for name, logger, rand_state in zip(
+                        names, get_loggers_from_work_dir(str(work_dir), names),
+                        fork_seed(seed + done, n=len(names)))]
         ms.tune_tasks(tasks=contexts, task_weights=[float(kernels[n][1]) for n in names],
                       work_dir=str(work_dir), max_trials_global=left,
                       num_trials_per_iter=min(TRIALS_PER_ITER, left), builder=builder,
