@@ -389,9 +389,10 @@ def other_kernels(plan: NetworkPlan, schedules: Mapping[str, Scheduled] | None =
 
 
 class _Rewriter:
-    """Builds the new ``main`` call by call, keeping each tensor's versions by layout. With
-    a CPU ``target`` the generated spatial functions get :func:`parallel_spatial` and the
-    tasks kept as they are :func:`untuned_schedule`."""
+    """Builds the new ``main`` call by call, keeping each tensor's versions by layout. The
+    generated spatial functions and the tasks kept as they are take their schedules from
+    the ``others`` database where it has one; otherwise, with a CPU ``target``,
+    :func:`parallel_spatial` and :func:`untuned_schedule`."""
 
     def __init__(self, plan: NetworkPlan, schedules: dict[str, Scheduled],
                  target: tvm.target.Target, read_through: ReadThrough = None,
