@@ -27,6 +27,19 @@ from altenv.target import device_of, target_cores, use_tvm_threads
 CALL_TIR = "relax.call_tir"
 
 
+def kernel_module(func: tirx.PrimFunc) -> tvm.IRModule:
+    """A PrimFunc alone in a module, as ``main``: how a kernel is compiled by itself (and
+    tuned and looked up by MetaSchedule, :mod:`altenv.tuning.others`)."""
+    return tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
+
+
+def random_values(func: tirx.PrimFunc, rng: np.random.Generator) -> list[np.ndarray]:
+    """One uniform [-1, 1) array per parameter of ``func`` in its shape and dtype (integer
+    buffers hold zeros: valid indices)."""
+    return [rng.uniform(-1, 1, [int(d) for d in p.shape]).astype(str(p.dtype))
+            for p in func.params]
+
+
 class KernelChain:
     """A block timer (:class:`altenv.baselines.timing.BlockTimer`) for PrimFuncs run one
     after another on random inputs, each compiled alone for ``target``."""
@@ -36,10 +49,8 @@ class KernelChain:
         dev = device_of(target)
         self.steps = []
         for func in funcs:
-            lib = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}),
-                              target=target)
-            args = [tvm.runtime.tensor(rng.uniform(-1, 1, [int(d) for d in p.shape])
-                                       .astype(str(p.dtype)), dev) for p in func.params]
+            lib = tvm.compile(kernel_module(func), target=target)
+            args = [tvm.runtime.tensor(v, dev) for v in random_values(func, rng)]
             self.steps.append((lib.mod, dev, args))
 
     def block(self, inner: int) -> float:

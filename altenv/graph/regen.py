@@ -151,7 +151,6 @@ def _rebuild(e: Any, env: dict[Any, Any], load: Callable[[Any, list], Any],
     raise ValueError(f"regenerate: unsupported expression {type(e).__name__}")
 
 
-
 def _fast(name: str, arg: Any) -> Any:
     """TVM's fast ``name`` (a :data:`FAST_MATH` key) of the float32 expression ``arg``: the
     body of its TE stage over a one-element placeholder, the placeholder's loads replaced

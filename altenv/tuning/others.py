@@ -27,6 +27,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.logging import get_loggers_from_work_dir
 from tvm.s_tir.meta_schedule.utils import fork_seed
 
+from ..graph.kernels import kernel_module, random_values
 from ..measure import MeasureConfig
 from ..measure.check import max_relative_error
 from ..target import device_of, target_cores
@@ -38,11 +39,6 @@ OTHERS_DIR = "others"
 #: Candidates MetaSchedule measures per search iteration (its default, 64, would spend a
 #: small budget on one or two kernels).
 TRIALS_PER_ITER = 16
-
-
-def workload(func: tirx.PrimFunc) -> tvm.IRModule:
-    """The module a kernel is tuned and looked up as."""
-    return tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
 
 
 def open_database(work_dir: str | Path) -> ms.database.JSONDatabase:
@@ -66,7 +62,7 @@ def tune_others(kernels: Mapping[str, tuple[tirx.PrimFunc, int]], trials: int,
         return done
     names = list(kernels)
     with metaschedule_session(config, target) as (builder, runner):
-        contexts = [ms.TuneContext(mod=workload(kernels[name][0]), target=target,
+        contexts = [ms.TuneContext(mod=kernel_module(kernels[name][0]), target=target,
                                    space_generator="post-order-apply",
                                    search_strategy="evolutionary", task_name=name,
                                    rand_state=rand_state, num_threads=target_cores(target),
@@ -85,7 +81,7 @@ def tuned_kernel(database: ms.database.Database, func: tirx.PrimFunc,
                  target: tvm.target.Target) -> tirx.PrimFunc | None:
     """``func`` with its best schedule from ``database``, or ``None`` when it has none or
     the scheduled kernel's outputs differ from ``func``'s on random inputs."""
-    sch = database.query_schedule(workload(func), target, workload_name="main")
+    sch = database.query_schedule(kernel_module(func), target, workload_name="main")
     if sch is None:
         return None
     scheduled = sch.mod["main"].without_attr("global_symbol")
@@ -100,14 +96,12 @@ def tuned_kernel(database: ms.database.Database, func: tirx.PrimFunc,
 def _difference(reference: tirx.PrimFunc, candidate: tirx.PrimFunc,
                 target: tvm.target.Target) -> float:
     """Largest relative error between the buffers of the two kernels after running both on
-    the same random inputs (integer buffers hold zeros: valid indices)."""
-    rng = np.random.default_rng(0)
+    the same random inputs (:func:`~altenv.graph.kernels.random_values`)."""
     dev = device_of(target)
-    values = [rng.uniform(-1, 1, [int(d) for d in p.shape]).astype(str(p.dtype))
-              for p in reference.params]
+    values = random_values(reference, np.random.default_rng(0))
     results = []
     for func in (reference, candidate):
-        lib = tvm.compile(workload(func), target=target)
+        lib = tvm.compile(kernel_module(func), target=target)
         args = [tvm.runtime.tensor(v, dev) for v in values]
         lib["main"](*args)
         results.append([a.numpy() for a in args])
