@@ -106,7 +106,9 @@ class AgentConfig(Strict):
 class SearchConfig(Strict):
     """How each batch is explored (ALT §7: batch 128, top-8 measured), and how the best is
     picked at the end: the ``finalists`` fastest re-timed side by side, ``finalist_rounds``
-    interleaved runs each (``finalists: 0`` keeps the fastest at tuning time)."""
+    interleaved runs each (``finalists: 0`` keeps the fastest at tuning time). In a model
+    run, a task first measures ``warm_start`` candidates carried over from the tasks of the
+    same operator (other epilogues) tuned before it (:mod:`altenv.tuning.transfer`; 0: off)."""
 
     batch: int = Field(128, ge=1)
     top_k: int = Field(8, ge=1)
@@ -114,6 +116,7 @@ class SearchConfig(Strict):
     check: bool = True
     finalists: int = Field(4, ge=0)
     finalist_rounds: int = Field(3, ge=1)
+    warm_start: int = Field(4, ge=0)
 
     def loop_options(self) -> dict[str, int]:
         """The keyword arguments of :func:`altenv.tuning.tune` these settings give."""

@@ -186,9 +186,10 @@ def _task_budgets(weights: dict[str, float], total: int, minimum: int) -> dict[s
 
 
 def tune_model(cfg: RunConfig, progress: bool = True) -> RunResult:
-    """Tune every complex task of ``cfg.model`` (in topological order, ALT §6), build the
-    network with the best layouts and schedules (layouts propagated, ALT Alg. 1), check it
-    against the source framework and time it against TVM's untuned build and PyTorch."""
+    """Tune every complex task of ``cfg.model`` (in topological order, ALT §6; each starts
+    from its tuned siblings' best, :mod:`altenv.tuning.transfer`), build the network with
+    the best layouts and schedules (layouts propagated, ALT Alg. 1), check it against the
+    source framework and time it against TVM's untuned build and PyTorch."""
     from .baselines import compare, network_baseline, torch_module_baseline, untuned_relax_baseline
     from .costmodel import CostModel
     from .graph import load_model
@@ -200,6 +201,7 @@ def tune_model(cfg: RunConfig, progress: bool = True) -> RunResult:
     from .target import make_target
     from .tuning import OpTask, TuningSession, tune
     from .tuning.others import tune_others
+    from .tuning.transfer import TunedTask, tuned_task, warm_start
 
     previous = _open_run(cfg)
     start = time.perf_counter()
@@ -221,14 +223,20 @@ def tune_model(cfg: RunConfig, progress: bool = True) -> RunResult:
     cost_model = CostModel(seed=cfg.seed)
     agent = _make_agent(cfg, tensorboard_log=str(cfg.run_dir / "tb"))
     trials = 0
+    siblings: dict[str, list[TunedTask]] = {}  # by operator spec, for warm starts
     with create(None, cfg.measure, cfg.target) as measurer, \
             RecordDB(cfg.run_dir / "records.jsonl") as db:
         for name, lowering in lowering_of.items():
             task = OpTask(lowering.spec, cfg.target, lowering.epilogue, cfg.search.levels)
             session = TuningSession(task, measurer, db, cost_model, check=cfg.search.check)
             budget = Budget.split(budgets[name], joint_fraction)
+            session.limit = budget.total
+            session.measure(warm_start(task, siblings.get(lowering.spec, []),
+                                       cfg.search.warm_start))
             tune(session, agent, budget, **cfg.search.loop_options(),
                  progress=progress, callbacks=[log])
+            siblings.setdefault(lowering.spec, []).append(
+                tuned_task(session, cfg.search.warm_start))
             _save_agent(agent, cfg)
             trials += session.trials
             cand, latency = session.best

@@ -263,3 +263,9 @@ def test_alt_template_conv_from_ops(target):
         sch = space.decode(point)
         assert _sampled_decisions(sch) == [point.values[k]
                                            for k in space.design_slots(point.design)]
+
+
+def test_transfer_within_a_space_keeps_the_point(case):
+    space = case[0]
+    for point in space.sample(4, seed=3):
+        assert space.transfer(point, space) == point

@@ -11,6 +11,7 @@ from altenv.measure import MeasureConfig, create
 from altenv.ops import run_numpy
 from altenv.records import RecordDB
 from altenv.tuning import Budget, OpTask, TuningSession, tune
+from altenv.tuning.transfer import tuned_task, warm_start
 
 SPEC = "c2d:N=1,I=8,O=16,H=8,W=8,KH=3,KW=3,pad=1"
 
@@ -98,3 +99,39 @@ def test_batched_gmm_tunes_to_a_correct_program(measurer, tmp_path):
         raw = program.random_inputs(5)
         out = run_numpy(program, raw, func=session.schedule(cand).mod)
         np.testing.assert_allclose(out, program.reference(raw), rtol=1e-4, atol=1e-4)
+
+
+def _tile_decisions(sch) -> list[tuple[int, ...]]:
+    return [tuple(int(v) for v in sch.trace.get_decision(inst)) for inst in sch.trace.insts
+            if inst.kind.name == "SamplePerfectTile"]
+
+
+@pytest.mark.slow
+def test_warm_start_carries_a_siblings_fastest_over(measurer, tmp_path):
+    """A task of the same operator with another epilogue starts from its sibling's fastest
+    candidates: same layouts, same tiling, right numbers."""
+    sibling = OpTask(SPEC, epilogue=("bias",))
+    task = OpTask(SPEC, epilogue=("bias", "residual", "relu"))
+    with RecordDB(tmp_path / "records.jsonl") as db:
+        tuned = TuningSession(sibling, measurer, db)
+        tune(tuned, agents.create("random", seed=2), Budget.split(8), batch=16, top_k=4,
+             progress=False)
+        carried = tuned_task(tuned, 3)
+        assert carried.candidates[0] == (tuned.best[1], tuned.best[0])
+        assert len(carried.candidates) == 3
+        later = [lat for lat, _ in carried.candidates[1:]]
+        assert later == sorted(later) and all(np.isfinite(later))
+
+        seeds = warm_start(task, [carried], 3)
+        assert len(seeds) == 3
+        for seed, (_, source) in zip(seeds, carried.candidates, strict=True):
+            assert seed.factors == source.factors
+            assert _tile_decisions(task.space(seed.factors).decode(seed.point)) == \
+                _tile_decisions(sibling.space(source.factors).decode(source.point))
+        assert warm_start(task, [], 3) == [] and warm_start(task, [carried], 0) == []
+
+        # measured like any candidate, each checked against torch first
+        session = TuningSession(task, measurer, db)
+        assert all(np.isfinite(session.measure(seeds)))
+        assert [r.layouts["factors"] for r in db.records(task.key)] == \
+            [dict(s.factors) for s in seeds]

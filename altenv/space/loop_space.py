@@ -126,7 +126,7 @@ class _Core:
             raise ValueError("MetaSchedule generated no design space for this task")
         if intrin is not None and not any(_tensorized(sch) for sch in spaces):
             raise ValueError(f"MetaSchedule cannot tensorize this task with {intrin}")
-        keys: dict[tuple, int] = {}
+        keys: dict[tuple, int] = {("design",): 0}
         subspaces: list[Subspace] = [DesignSubspace("design", len(spaces))]
         defaults: list[Value] = [(0,)]
         self.designs: list[_Design] = []
@@ -158,6 +158,8 @@ class _Core:
             self.designs.append(_Design(insts, tuple(slots), fixed))
         self.subspaces: tuple[Subspace, ...] = tuple(subspaces)
         self.defaults: tuple[Value, ...] = tuple(defaults)
+        #: what each subspace samples: (signature, occurrence), the design index first
+        self.keys: tuple[tuple, ...] = tuple(sorted(keys, key=keys.get))
 
 
 def _tensorized(sch: Schedule) -> bool:
@@ -415,6 +417,20 @@ class LoopSpace:
             if decoded is not None and tvm_ffi.structural_equal(decoded.mod, sch.mod):
                 return point
         return None
+
+    def transfer(self, point: LoopPoint, source: LoopSpace) -> LoopPoint | None:
+        """``point``, a point of ``source`` (the same operator with another fused
+        epilogue, say), as a point of this space: its design index, and each decision
+        where this space samples the same thing (kind, attributes, tile extent or block,
+        occurrence); this space's defaults elsewhere. ``None`` if that does not decode."""
+        theirs = dict(zip(source._core.keys, point.values, strict=True))
+        values = tuple(theirs.get(key, default)
+                       for key, default in zip(self._core.keys, self._core.defaults, strict=True))
+        moved = LoopPoint(values)
+        try:
+            return moved if self.is_valid(moved) else None
+        except ValueError:  # a design or a value this space does not have
+            return None
 
     # ----------------------------------------------------------------- decoding
     def decode(self, point: LoopPoint) -> Schedule | None:
