@@ -340,9 +340,9 @@ def build_network(graph: TaskGraph, factors: Mapping[str, Mapping[str, int]] | N
                   fast_math: Collection[str] = ()) -> NetworkBuild:
     """Compile ``graph`` with the template ``factors`` of each complex task (default: untiled)
     and ``schedules`` of their layout-transformed programs (:meth:`NetworkPlan.program`;
-    default schedules otherwise). The other kernels (kept tasks, generated elementwise and
-    conversion functions) take their schedules from the MetaSchedule database ``others``
-    where it has one (:mod:`altenv.tuning.others`), else the defaults above. The regenerated
+    default schedules otherwise). The other kernels MetaSchedule tunes (:func:`other_kernels`)
+    take their schedules from its database ``others`` where it has one
+    (:mod:`altenv.tuning.others`), else the defaults above. The regenerated
     elementwise tasks compute the float32 functions named in ``fast_math`` (``erf``,
     ``tanh``, ``exp``) with TVM's fast versions (:mod:`altenv.graph.regen`).
 
@@ -377,7 +377,9 @@ def other_kernels(plan: NetworkPlan, schedules: Mapping[str, Scheduled] | None =
                   read_through: ReadThrough = None, fast_math: Collection[str] = ()
                   ) -> tuple[dict[str, tuple[tirx.PrimFunc, int]], tuple[int, ...]]:
     """The kernels of the network :func:`build_plan` would compile that the layout search
-    does not tune: name -> (unscheduled PrimFunc, calls in ``main``); and the calls that
+    does not tune and MetaSchedule does (the tasks kept as the frontend fused them; on a
+    CPU the build schedules the functions it generates itself): name -> (unscheduled
+    PrimFunc, calls in ``main``); and the calls that
     read through (``"measure"`` decides them here, so a later build can be given them).
     Nothing is compiled but what ``"measure"`` times."""
     rewriter = _Rewriter(plan, dict(schedules or {}), make_target(target), read_through,
@@ -390,9 +392,9 @@ def other_kernels(plan: NetworkPlan, schedules: Mapping[str, Scheduled] | None =
 
 class _Rewriter:
     """Builds the new ``main`` call by call, keeping each tensor's versions by layout. The
-    generated spatial functions and the tasks kept as they are take their schedules from
-    the ``others`` database where it has one; otherwise, with a CPU ``target``,
-    :func:`parallel_spatial` and :func:`untuned_schedule`."""
+    tasks kept as they are (and, off the CPU, the generated spatial functions) take their
+    schedules from the ``others`` database where it has one; otherwise, with a CPU
+    ``target``, :func:`untuned_schedule` and :func:`parallel_spatial`."""
 
     def __init__(self, plan: NetworkPlan, schedules: dict[str, Scheduled],
                  target: tvm.target.Target, read_through: ReadThrough = None,
@@ -691,13 +693,22 @@ class _Rewriter:
                         "default schedule", task)
         return None
 
+    def _for_others(self, kept: bool) -> bool:
+        """Whether MetaSchedule tunes such a kernel: a task kept as the frontend fused it,
+        and on a target other than a CPU the generated spatial functions too. On a CPU these
+        (conversions, regenerated elementwise tasks) keep :func:`parallel_spatial`:
+        MetaSchedule's design space for a single spatial block fuses all its loops and
+        vectorizes the fused loop, which ran R3D-18's conversions 2-55x slower."""
+        return kept or self.cores is None
+
     def _other(self, func: tirx.PrimFunc, kept: bool = False) -> tuple[tirx.PrimFunc, bool]:
         """``func``, a kernel the layout search does not tune (``kept``: a task kept as the
         frontend fused it, else a generated conversion or elementwise function), with its
-        schedule from the ``others`` database when it has a correct one; otherwise, on a CPU
+        schedule from the ``others`` database when MetaSchedule tunes it
+        (:meth:`_for_others`) and the database has a correct one; otherwise, on a CPU
         target, :func:`untuned_schedule` or :func:`parallel_spatial`. Also whether the
         schedule came from the database."""
-        if self.others is not None:
+        if self.others is not None and self._for_others(kept):
             tuned = tuned_kernel(self.others, func, self.target)
             if tuned is not None:
                 return tuned, True
@@ -710,12 +721,14 @@ class _Rewriter:
         """Add a generated kernel (scheduled by :meth:`_other`) to the module."""
         scheduled, tuned = self._other(func)
         gvar = self.bb.add_func(scheduled, name)
-        self._note_other(gvar.name_hint, kind, func, tuned)
+        self._note_other(gvar.name_hint, kind, func, tuned, kept=False)
         return gvar
 
-    def _note_other(self, name: str, kind: str, func: tirx.PrimFunc, tuned: bool) -> None:
+    def _note_other(self, name: str, kind: str, func: tirx.PrimFunc, tuned: bool,
+                    kept: bool) -> None:
         self.kinds[name] = kind
-        self.other_kernels[name] = func
+        if self._for_others(kept):
+            self.other_kernels[name] = func
         if tuned:
             self.scheduled.add(name)
             self.tuned_others.append(name)
@@ -729,7 +742,7 @@ class _Rewriter:
             func = self.bb.get()[gvar]
             scheduled, tuned = self._other(func, kept=True)
             self.bb.update_func(gvar, scheduled)
-            self._note_other(task, self.plan.graph.tasks[task].kind, func, tuned)
+            self._note_other(task, self.plan.graph.tasks[task].kind, func, tuned, kept=True)
         return gvar
 
     def _elementwise(self, index: int) -> tuple[tvm.ir.GlobalVar, list[Any], Layout]:

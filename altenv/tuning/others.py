@@ -3,7 +3,10 @@
 Once every complex task has its layouts and schedule, the network's remaining kernels are
 fixed PrimFuncs: the tasks kept as the frontend fused them (softmax, layer norm, pooling, a
 complex task that cannot be mapped), the regenerated elementwise tasks and the layout
-conversions. :func:`tune_others` gives them MetaSchedule's own search (its design spaces,
+conversions. On a CPU the build schedules the last two itself
+(:func:`altenv.graph.spatial.parallel_spatial`, faster than MetaSchedule's schedules of
+them, measured), so the first are tuned here; on other targets all three.
+:func:`tune_others` gives them MetaSchedule's own search (its design spaces,
 evolutionary search and XGBoost model, the task scheduler spreading the trials by call
 count and latency) for a share of the run's budget, as ``tune_relax`` does for every task
 of a network. Its records go to a MetaSchedule JSON database in the run directory, so a
