@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from altenv.cli import main
+from altenv.records import RecordDB
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -56,3 +57,54 @@ def test_tune_model_export_and_load_with_plain_tvm(tmp_path, tiny_model):
     got = np.load(tmp_path / "out.npz")
     got = got[got.files[0]]
     assert np.max(np.abs(got - ref)) <= 1e-4 * np.max(np.abs(ref))
+
+
+SIBLINGS = '''
+import torch
+from torch import nn
+
+
+class Siblings(nn.Module):
+    """One convolution shape twice: with ReLU, then with the residual add and ReLU."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(8, 8, 3, padding=1)
+        self.conv2 = nn.Conv2d(8, 8, 3, padding=1)
+
+    def forward(self, x):
+        y = torch.relu(self.conv1(x))
+        return torch.relu(self.conv2(y) + y)
+
+
+def factory():
+    torch.manual_seed(0)
+    return Siblings().eval(), (torch.randn(1, 8, 8, 8),)
+'''
+
+
+@pytest.mark.slow
+def test_a_task_starts_from_its_tuned_siblings_fastest(tmp_path):
+    (tmp_path / "siblings.py").write_text(SIBLINGS)
+    config = tmp_path / "run.yaml"
+    config.write_text(f"name: sib\nmodel: {tmp_path / 'siblings.py'}:factory\n"
+                      "budget: {joint: 4, loop_only: 4}\n"
+                      "search: {batch: 16, top_k: 4, warm_start: 2}\n"
+                      "measure: {number: 1, repeat: 2, min_repeat_ms: 5}\n")
+    assert main(["tune", str(config), "--output-dir", str(tmp_path), "--quiet"]) == 0
+    run = tmp_path / "sib"
+    assert json.loads((run / "summary.json").read_text())["max_rel_err_vs_torch"] < 1e-4
+    first, second = json.loads((run / "best.json").read_text())["tasks"].values()
+    assert first["spec"] == second["spec"] and first["epilogue"] != second["epilogue"]
+    with RecordDB(run / "records.jsonl") as db:
+        winner = db.best(first["workload"])
+        records = db.records(second["workload"])
+    # the second task measured the first one's best first, in its layout, with its tiling
+    assert len(records) == 4 and records[0].ok  # 8 trials, 4 per task
+    assert records[0].layouts["factors"] == winner.layouts["factors"]
+    assert _tiles(records[0]) == _tiles(winner)
+
+
+def _tiles(record) -> list:
+    """The tile sizes a record's trace sampled, in order."""
+    return [d[1] for d in record.trace[1] if isinstance(d[1], list)]

@@ -65,6 +65,21 @@ def test_profile_times_every_kernel_main_calls():
     assert [r.total for r in rows] == sorted((r.total for r in rows), reverse=True)
 
 
+def test_on_a_cpu_generated_functions_keep_their_own_schedule():
+    """The hand network's conversions and regenerated relu/add are MetaSchedule's to tune
+    only off the CPU; on a CPU the build schedules them (``parallel_spatial``) and nothing
+    is left to tune (it keeps no task as the frontend fused it)."""
+    graph, _ = _hand_graph()
+    plan = plan_network(graph, _hand_factors(graph))
+    kinds = build_plan(plan).kinds
+    generated = {name for name, kind in kinds.items() if not kind.startswith("c2d")}
+    assert "conversion" in {kinds[name] for name in generated}
+    assert "elemwise" in {kinds[name] for name in generated}
+    cpu, _ = other_kernels(plan, target=make_target(None))
+    gpu, _ = other_kernels(plan, target="cuda")
+    assert cpu == {} and set(gpu) == generated
+
+
 @pytest.mark.slow
 def test_other_kernels_tuned_by_metaschedule_resume_and_build(tmp_path):
     """BERT-tiny (small) with default layouts: its layer norms and softmaxes are among the
