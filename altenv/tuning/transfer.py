@@ -40,12 +40,15 @@ def tuned_task(session: TuningSession, n: int) -> TunedTask:
 
 def warm_start(task: OpTask, siblings: Sequence[TunedTask], n: int) -> list[Candidate]:
     """Up to ``n`` candidates of ``task`` carried over from ``siblings`` (tasks of the same
-    operator, other epilogues), the siblings' fastest first; a candidate whose decisions
-    do not replay on ``task`` is skipped."""
-    ranked = sorted(((lat, sib.task, cand) for sib in siblings for lat, cand in sib.candidates),
-                    key=lambda item: item[0])
+    operator, other epilogues): every sibling's best first (the fastest sibling's first),
+    then their second fastest, and so on (a best's re-timed latency does not compare with
+    the others' tuning-time ones); a candidate whose decisions do not replay on ``task``
+    is skipped."""
+    ranked = sorted(((rank, lat, sib.task, cand) for sib in siblings
+                     for rank, (lat, cand) in enumerate(sib.candidates)),
+                    key=lambda item: item[:2])
     out: list[Candidate] = []
-    for _, source, cand in ranked:
+    for _, _, source, cand in ranked:
         if len(out) >= n:
             break
         point = task.space(cand.factors).transfer(cand.point, source.space(cand.factors))
