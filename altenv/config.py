@@ -106,7 +106,11 @@ class AgentConfig(Strict):
 class SearchConfig(Strict):
     """How each batch is explored (ALT §7: batch 128, top-8 measured), and how the best is
     picked at the end: the ``finalists`` fastest re-timed side by side, ``finalist_rounds``
-    interleaved runs each (``finalists: 0`` keeps the fastest at tuning time). In a model
+    interleaved runs each (``finalists: 0`` keeps the fastest at tuning time), in
+    ``finalist_caches``: ``warm`` (each call right after the last, as tuning times them),
+    ``cold`` (every argument but the data flushed from the CPU caches before each call, as
+    inside a network, where a kernel's weights were last touched one run ago) or ``auto``
+    (cold in model runs, warm in operator runs). In a model
     run, a task first measures ``warm_start`` candidates carried over from the tasks of the
     same operator (other epilogues) tuned before it (:mod:`altenv.tuning.transfer`; 0: off)."""
 
@@ -114,14 +118,17 @@ class SearchConfig(Strict):
     top_k: int = Field(8, ge=1)
     levels: int = Field(1, ge=1, le=3)
     check: bool = True
-    finalists: int = Field(4, ge=0)
+    finalists: int = Field(8, ge=0)
     finalist_rounds: int = Field(3, ge=1)
+    finalist_caches: Literal["auto", "warm", "cold"] = "auto"
     warm_start: int = Field(4, ge=0)
 
-    def loop_options(self) -> dict[str, int]:
-        """The keyword arguments of :func:`altenv.tuning.tune` these settings give."""
+    def loop_options(self, model: bool = False) -> dict[str, Any]:
+        """The keyword arguments of :func:`altenv.tuning.tune` these settings give, for a
+        task of a model run (``model``) or an operator run."""
+        cold = self.finalist_caches == "cold" or (self.finalist_caches == "auto" and model)
         return {"batch": self.batch, "top_k": self.top_k, "finalists": self.finalists,
-                "finalist_rounds": self.finalist_rounds}
+                "finalist_rounds": self.finalist_rounds, "finalists_cold": cold}
 
 
 class _Run(Strict):

@@ -233,7 +233,7 @@ def tune_model(cfg: RunConfig, progress: bool = True) -> RunResult:
             session.limit = budget.total
             session.measure(warm_start(task, siblings.get(lowering.spec, []),
                                        cfg.search.warm_start))
-            tune(session, agent, budget, **cfg.search.loop_options(),
+            tune(session, agent, budget, **cfg.search.loop_options(model=True),
                  progress=progress, callbacks=[log])
             siblings.setdefault(lowering.spec, []).append(
                 tuned_task(session, cfg.search.warm_start))

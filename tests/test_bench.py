@@ -191,4 +191,5 @@ def test_net_bench_tiny_model(tmp_path, tiny_model):
     assert {("altenv#0", "c2d"), ("altenv#0", "conversion"), ("metaschedule#0", "c2d"),
             ("metaschedule#0", "grp")} <= kinds
     assert all(float(k["total_us"]) > 0 and int(k["calls"]) >= 1 for k in kernels)
+    assert all(float(k["in_network_us_per_call"]) >= 0 for k in kernels)  # not NaN either
     assert (out / "tiny" / "profile.png").exists()

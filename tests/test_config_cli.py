@@ -48,6 +48,8 @@ def write(tmp_path: Path, text: str) -> Path:
      "budget.others: an operator run has no other kernels"),
     ("name: x\nmodel: resnet18\nfast_math: [log]\n",
      "fast_math.0: Input should be 'erf', 'tanh' or 'exp'"),
+    ("name: x\nworkload: gmm:M=8,N=8,K=8\nsearch: {finalist_caches: hot}\n",
+     "search.finalist_caches: Input should be 'auto', 'warm' or 'cold'"),
 ])
 def test_bad_configs_name_the_field(tmp_path, text, message):
     with pytest.raises(ConfigError) as err:
@@ -113,3 +115,16 @@ def test_budget_split_gives_a_share_to_the_other_kernels():
     assert (budget.joint, budget.loop_only, budget.others) == (540, 1260, 200)
     assert budget.total == 2000 and budget.searched == 1800
     assert BudgetConfig.split(64).others == 0
+
+
+def test_finalists_are_re_timed_cold_in_model_runs():
+    """``auto`` re-times a model run's finalists with flushed caches, an operator run's warm;
+    ``warm`` and ``cold`` say the same for both."""
+    from altenv.config import SearchConfig
+
+    def cold(caches: str, model: bool) -> bool:
+        return SearchConfig(finalist_caches=caches).loop_options(model)["finalists_cold"]
+
+    assert cold("auto", True) and not cold("auto", False)
+    assert not cold("warm", True) and cold("cold", False)
+    assert SearchConfig().loop_options()["finalists"] == 8

@@ -160,6 +160,26 @@ def test_retime_builds_once_and_runs_every_round(measurer: LocalMeasurer) -> Non
     assert "PersistentBuilder" in broken[0].error
 
 
+def test_cold_retime_flushes_before_each_single_call(measurer: LocalMeasurer,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cold re-timing runs with MetaSchedule's CPU cache flush and one call per latency,
+    and hands the runner its own settings back afterwards."""
+    seen = []
+    retime = measurer._retime
+
+    def spy(candidates, rounds):
+        seen.append(measurer.runner.evaluator_config)
+        return retime(candidates, rounds)
+
+    monkeypatch.setattr(measurer, "_retime", spy)
+    before = measurer.runner.evaluator_config
+    (rounds,) = measurer.retime([MeasureCandidate(tiled_matmul(8))], rounds=2, cold=True)
+    assert len(rounds) == 2 and all(r.ok and len(r.latencies) == 3 for r in rounds)
+    (config,) = seen
+    assert config.enable_cpu_cache_flush and config.number == 1 and config.min_repeat_ms == 0
+    assert measurer.runner.evaluator_config is before and not before.enable_cpu_cache_flush
+
+
 def test_correctness_check_rejects_a_wrong_candidate(measurer: LocalMeasurer) -> None:
     right = CorrectnessCheck(lambda a, b: a @ b)
     wrong = CorrectnessCheck(lambda a, b: a @ b.T)

@@ -63,6 +63,9 @@ def test_profile_times_every_kernel_main_calls():
     assert sum(r.calls for r in rows if r.kind == "conversion") == len(network.conversions)
     assert all(r.seconds > 0 and math.isfinite(r.spread) for r in rows)
     assert [r.total for r in rows] == sorted((r.total for r in rows), reverse=True)
+    # inside the network (the baseline hands over its VM): every kernel timed there too
+    assert all(math.isfinite(r.in_network) and r.in_network >= 0 for r in rows)
+    assert sum(r.network_total for r in rows if r.kind == "c2d") > 0
 
 
 def test_on_a_cpu_generated_functions_keep_their_own_schedule():

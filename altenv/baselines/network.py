@@ -4,6 +4,7 @@ with weight pre-packing, TVM's untuned default build, and a torch module in eage
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import math
@@ -60,7 +61,9 @@ def _vm_baseline(name: str, executable: tvm.runtime.Executable, target: tvm.targ
                  tuning: TuningSummary | None = None, prepacked: bool = False,
                  kernels: KernelSource | None = None) -> Baseline:
     """A Relax VM program as a :class:`Baseline`, TVM's thread pool set to the target's
-    cores (TVM's own default is half the hardware threads: one on a 2-vCPU machine)."""
+    cores (TVM's own default is half the hardware threads: one on a 2-vCPU machine). Its
+    ``kernels`` are given the VM and ``main``'s arguments (the per-kernel profile times
+    them inside the network too)."""
     use_tvm_threads(target_cores(target))
     dev = tvm.cpu(0)
     vm = relax.VirtualMachine(executable, dev)
@@ -76,6 +79,8 @@ def _vm_baseline(name: str, executable: tvm.runtime.Executable, target: tvm.targ
     def outputs() -> list[np.ndarray]:
         return _flatten(result[0])
 
+    if kernels is not None:
+        kernels = dataclasses.replace(kernels, vm=vm, args=args)
     return Baseline(name, run, outputs, tuning=tuning, notes=notes, kernels=kernels)
 
 

@@ -1,4 +1,5 @@
-"""Single PrimFuncs timed alone: the read-through choice and the per-kernel profile.
+"""Single PrimFuncs timed alone and inside their network: the read-through choice and the
+per-kernel profile.
 
 :class:`KernelChain` compiles PrimFuncs one by one for a target and times them back to back
 on random inputs with TVM's own evaluator (no Python overhead per call).
@@ -8,13 +9,23 @@ times its number of calls. The sum
 leaves out what the VM does between kernels (allocation, views, argument checks), so it
 comes out below the network's latency; the difference is reported as such, not spread over
 the kernels.
+
+Alone, a kernel runs again and again on the same buffers, so its weights and inputs sit in
+the caches. Inside the network they were last touched one or many kernels earlier. Where a
+program's VM is given, :func:`time_in_network` also times every call as ``main`` makes it,
+with the VM's instrument hook (a callback before and after each call); the callback's own
+cost per call is measured by a run whose kernel calls are all skipped, and subtracted.
 """
 
 from __future__ import annotations
 
-from collections import Counter
+import math
+import statistics
+import time
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import tvm
@@ -74,6 +85,8 @@ class KernelTime:
     calls: its call sites in ``main``.
     seconds: median seconds per call, timed alone.
     spread: interquartile range over median of its rounds.
+    in_network: mean seconds per call inside the network (:func:`time_in_network`), NaN
+        when the program's VM was not given.
     """
 
     name: str
@@ -81,11 +94,17 @@ class KernelTime:
     calls: int
     seconds: float
     spread: float
+    in_network: float = math.nan
 
     @property
     def total(self) -> float:
         """Seconds per network run: ``calls * seconds``."""
         return self.calls * self.seconds
+
+    @property
+    def network_total(self) -> float:
+        """Seconds per network run inside the network: ``calls * in_network``."""
+        return self.calls * self.in_network
 
 
 def kernel_calls(mod: tvm.IRModule) -> Counter[str]:
@@ -119,18 +138,83 @@ class KernelSource:
     kinds: what each kernel computes (:attr:`KernelTime.kind`); a kernel left out is
         classified by :func:`kind_of`, which reads unscheduled functions, so tuned ones
         need an entry.
+    vm, args: the program's Relax VM and the arguments of its ``main``, for the times
+        inside the network; ``None`` and empty to time the kernels alone only.
     """
 
     module: tvm.IRModule
     target: tvm.target.Target
     kinds: Mapping[str, str] = field(default_factory=dict)
+    vm: Any = None
+    args: Sequence[Any] = ()
+
+
+#: A VM instrument's answer: run the call, or skip it.
+_RUN, _SKIP = 0, 1
+
+
+def _is_kernel(symbol: str) -> bool:
+    """Whether a VM call is a PrimFunc of the module (the VM's builtins are ``vm.*``)."""
+    return not symbol.startswith("vm.")
+
+
+def _instrumented_run(vm: Any, args: Sequence[Any], skip: bool) -> list[tuple[str, float]]:
+    """One call of ``main`` with every VM call timed between the instrument's before and
+    after hooks, in call order; with ``skip`` the kernel calls are skipped (builtins run)."""
+    times: list[tuple[str, float]] = []
+    start = [0.0]
+
+    def instrument(func: Any, symbol: str, before: bool, ret: Any, *call_args: Any) -> int:
+        if before:
+            start[0] = time.perf_counter()
+            return _SKIP if skip and _is_kernel(symbol) else _RUN
+        times.append((symbol, time.perf_counter() - start[0]))
+        return _RUN
+
+    vm.set_instrument(instrument)
+    try:
+        vm["main"](*args)
+    finally:
+        vm.set_instrument(None)
+    return times
+
+
+def time_in_network(sources: Mapping[str, KernelSource], rounds: int = 5,
+                    ) -> dict[str, dict[str, float]]:
+    """Seconds per call of every kernel inside its network, for each source with a VM:
+    ``main`` run ``rounds`` times with each call timed (the programs interleaved), the
+    median per call site, less the instrument's own cost per call (the median over a
+    run's skipped kernel calls), averaged over the kernel's call sites."""
+    programs = {label: src for label, src in sources.items() if src.vm is not None}
+    sites: dict[str, dict[tuple[str, int], list[float]]] = {
+        label: defaultdict(list) for label in programs}
+    for _ in range(rounds + 1):  # the first round warms up
+        for label, src in programs.items():
+            seen: Counter[str] = Counter()
+            for symbol, seconds in _instrumented_run(src.vm, src.args, skip=False):
+                if _is_kernel(symbol):
+                    sites[label][symbol, seen[symbol]].append(seconds)
+                    seen[symbol] += 1
+    out = {}
+    for label, src in programs.items():
+        skipped = [s for _ in range(3)
+                   for symbol, s in _instrumented_run(src.vm, src.args, skip=True)
+                   if _is_kernel(symbol)]
+        overhead = statistics.median(skipped) if skipped else 0.0
+        per_call: dict[str, list[float]] = defaultdict(list)
+        for (symbol, _), samples in sites[label].items():
+            per_call[symbol].append(max(statistics.median(samples[1:]) - overhead, 0.0))
+        out[label] = {symbol: statistics.fmean(v) for symbol, v in per_call.items()}
+    return out
 
 
 def profile_kernels(programs: Mapping[str, KernelSource], rounds: int = 5,
                     seed: int = 0) -> dict[str, list[KernelTime]]:
     """Every PrimFunc each program's ``main`` calls, compiled alone and timed on random
     inputs, the kernels of all programs interleaved over ``rounds``; per program the
-    largest share first. TVM's thread pool gets the first program's target's cores."""
+    largest share first. TVM's thread pool gets the first program's target's cores. For the
+    programs whose VM is given, each kernel's time inside the network too
+    (:func:`time_in_network`)."""
     from altenv.baselines.timing import time_interleaved  # baselines import the network
 
     if programs:
@@ -140,10 +224,12 @@ def profile_kernels(programs: Mapping[str, KernelSource], rounds: int = 5,
               for label, src in programs.items() for name in calls[label]}
     stats = time_interleaved(chains, rounds=rounds, min_block_seconds=0.005,
                              cooldown_seconds=0.002)
+    inside = time_in_network(programs, rounds)
     out = {}
     for label, src in programs.items():
         rows = [KernelTime(name, src.kinds.get(name) or kind_of(src.module[name]), count,
-                           stats[label, name].median, stats[label, name].spread)
+                           stats[label, name].median, stats[label, name].spread,
+                           inside.get(label, {}).get(name, math.nan))
                 for name, count in calls[label].items()]
         out[label] = sorted(rows, key=lambda row: -row.total)
     return out

@@ -85,11 +85,28 @@ class Measurer(ABC):
         """Build all candidates in parallel, then run them one by one; one result each."""
         return [rounds[0] for rounds in self.retime(candidates, rounds=1)]
 
-    def retime(self, candidates: Sequence[MeasureCandidate], rounds: int
+    def retime(self, candidates: Sequence[MeasureCandidate], rounds: int, cold: bool = False
                ) -> list[list[MeasureResult]]:
         """Build all candidates in parallel once, then run every built one ``rounds`` times,
         interleaved (the order rotates each round, so drifts of the host's speed hit all
-        alike); ``rounds`` results per candidate (a failed build fails every round)."""
+        alike); ``rounds`` results per candidate (a failed build fails every round).
+
+        With ``cold`` (CPU devices; ignored elsewhere) each of a round's ``repeat`` latencies
+        is one call right after every argument but the first was flushed from the caches
+        (MetaSchedule's ``enable_cpu_cache_flush`` with ``number=1``): a kernel as a network
+        calls it, its weights last touched one network run ago, its data just written."""
+        runner_config = self.runner.evaluator_config
+        if cold and self.device_type == "cpu":
+            self.runner.evaluator_config = EvaluatorConfig(
+                number=1, repeat=self.config.repeat, min_repeat_ms=0,
+                enable_cpu_cache_flush=True)
+        try:
+            return self._retime(candidates, rounds)
+        finally:
+            self.runner.evaluator_config = runner_config
+
+    def _retime(self, candidates: Sequence[MeasureCandidate], rounds: int
+                ) -> list[list[MeasureResult]]:
         mods = [candidate.mod for candidate in candidates]
         built = self.builder.build([BuilderInput(mod, self.target) for mod in mods])
         build_seconds = list(self.builder.last_build_seconds)

@@ -41,10 +41,11 @@ class Budget:
 def tune(session: TuningSession, agent: Agent, budget: Budget, batch: int = 128,
          top_k: int = 8, progress: bool = True,
          callbacks: Sequence[Callable[[TuningSession], None]] = (),
-         finalists: int = 4, finalist_rounds: int = 3) -> float:
+         finalists: int = 8, finalist_rounds: int = 3, finalists_cold: bool = False) -> float:
     """Run ``agent`` on ``session`` until ``budget`` trials are measured, then re-time the
     ``finalists`` fastest side by side (:meth:`TuningSession.finalize`, ``0``: keep the
-    fastest at tuning time); returns the best latency (s). Resumed sessions continue where
+    fastest at tuning time; ``finalists_cold``: with their weights flushed from the CPU
+    caches before each call); returns the best latency (s). Resumed sessions continue where
     their records stop; the session never measures past the budget. ``callbacks`` are
     called with the session after each measured batch (logging, checkpoints)."""
     session.limit = budget.total
@@ -64,7 +65,7 @@ def tune(session: TuningSession, agent: Agent, budget: Budget, batch: int = 128,
     try:
         agent.run(session, budget, batch=batch, top_k=top_k, report=report)
         bar.set_postfix(stage="finalists")
-        session.finalize(finalists, finalist_rounds)
+        session.finalize(finalists, finalist_rounds, finalists_cold)
     finally:
         bar.close()
     return session.best[1]

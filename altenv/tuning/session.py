@@ -136,13 +136,15 @@ class TuningSession:
                              self.task.layouts_json(candidate.factors), schedule.trace.as_json(),
                              space.to_vector(candidate.point).tolist())
 
-    def finalize(self, finalists: int, rounds: int = 3) -> Final | None:
+    def finalize(self, finalists: int, rounds: int = 3, cold: bool = False) -> Final | None:
         """Re-time the ``finalists`` fastest measured candidates side by side (built once,
         ``rounds`` interleaved runs each, no new trials) and record them: the fastest of
         that re-timing becomes :attr:`best`. Tuning-time latencies were taken minutes
         apart on a host whose speed drifts, and the fastest of many noisy measurements
         is flattered by its noise; a side-by-side re-timing compares the finalists
-        fairly. Nothing happens with fewer than two successful candidates, or when
+        fairly. With ``cold`` they are timed with their weights flushed from the CPU
+        caches before each call (:meth:`~altenv.measure.Measurer.retime`), as a network
+        runs them. Nothing happens with fewer than two successful candidates, or when
         current finalists are recorded already (a resumed run)."""
         current = self.db.final(self.task.key)
         if finalists < 2 or current is not None:
@@ -154,7 +156,8 @@ class TuningSession:
             return None
         schedules = [self.schedule(c) for c in top]
         start = time.perf_counter()
-        results = self.measurer.retime([MeasureCandidate(s.mod) for s in schedules], rounds)
+        results = self.measurer.retime([MeasureCandidate(s.mod) for s in schedules], rounds,
+                                       cold)
         self.seconds["finalists"] += time.perf_counter() - start
         latencies = [statistics.median(r.median for r in rs) for rs in results]
         return self.db.add_final(Final(self.task.key, [self._key(c, s) for c, s in
