@@ -17,6 +17,7 @@ class SyntheticMeasurer:
         return [MeasureResult([1e-5 * (1 + tvm_ffi.structural_hash(c.mod) % 97)])
                 for c in candidates]
 
-    def retime(self, candidates: Sequence[MeasureCandidate], rounds: int
+    def retime(self, candidates: Sequence[MeasureCandidate], rounds: int, cold: bool = False
                ) -> list[list[MeasureResult]]:
+        """``rounds`` copies of each latency (a made-up latency knows no caches)."""
         return [[result] * rounds for result in self.measure(candidates)]

@@ -37,11 +37,11 @@ def test_random_tuning_resumes_without_remeasuring(measurer, tmp_path):
     # the joint stage tried several layouts, the loop-only stage kept the best one
     assert len({str(r.layouts["factors"]) for r in db.records()[:4]}) >= 1
 
-    # the four fastest were re-timed side by side; the fastest of that re-timing is the best
+    # the eight fastest were re-timed side by side; the fastest of that re-timing is the best
     final = db.final(task.key)
     by_latency = sorted((r for r in db.records() if r.ok), key=lambda r: r.median)
     assert final is not None and final.trials == 12
-    assert final.keys == [r.key for r in by_latency[:4]]
+    assert final.keys == [r.key for r in by_latency[:8]]
     assert db.best(task.key).key == final.winner[0] and best == final.winner[1]
 
     # the best schedule computes the right numbers (checked again outside the runner)
