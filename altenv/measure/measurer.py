@@ -95,6 +95,8 @@ class Measurer(ABC):
         is one call right after every argument but the first was flushed from the caches
         (MetaSchedule's ``enable_cpu_cache_flush`` with ``number=1``): a kernel as a network
         calls it, its weights last touched one network run ago, its data just written."""
+        # MetaSchedule's Local and RPC runners read ``evaluator_config`` each time an input
+        # is submitted (as ``f_run_evaluator``, see _run), so it can be swapped per re-timing
         runner_config = self.runner.evaluator_config
         if cold and self.device_type == "cpu":
             self.runner.evaluator_config = EvaluatorConfig(
