@@ -23,7 +23,7 @@ def _tune(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config, **{
         "name": args.name, "workload": args.workload, "agent": args.agent,
-        "output_dir": args.output_dir, "seed": args.seed,
+        "output_dir": args.output_dir, "seed": args.seed, **_set_options(args.set),
     })
     if args.budget is not None:
         cfg = cfg.model_copy(update={"budget": BudgetConfig.split(
@@ -46,7 +46,8 @@ def _train(args: argparse.Namespace) -> int:
     from .config import TrainConfig, load_config
     from .run import train_workloads
 
-    cfg = load_config(args.config, TrainConfig, output_dir=args.output_dir, seed=args.seed)
+    cfg = load_config(args.config, TrainConfig, output_dir=args.output_dir, seed=args.seed,
+                      **_set_options(args.set))
     checkpoint = train_workloads(cfg, progress=not args.quiet)
     print(f"trained agent saved to {checkpoint}; use it with\n  agent: {{name: "
           f"{cfg.agent.name}, options: {{checkpoint: {checkpoint}}}}}")
@@ -70,6 +71,26 @@ def _envs(args: argparse.Namespace) -> int:
         print(f"altenv: {err}", file=sys.stderr)
         return 2
     return 0
+
+
+def _set_options(items: list[str] | None) -> dict[str, Any]:
+    """``--set KEY=VALUE`` pairs as config overrides: dotted keys, YAML values
+    (``--set measure.enable_cpu_cache_flush=true``)."""
+    import yaml
+
+    from .config import ConfigError
+
+    overrides: dict[str, Any] = {}
+    for text in items or []:
+        key, eq, value = text.partition("=")
+        if not (eq and key.strip()):
+            raise ConfigError(f"--set {text!r}: expected KEY=VALUE, "
+                              "e.g. 'measure.enable_cpu_cache_flush=true'")
+        try:
+            overrides[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            raise ConfigError(f"--set {text!r}: the value is not valid YAML") from None
+    return overrides
 
 
 def _agent_option(text: str) -> tuple[str, dict[str, Any]]:
@@ -105,7 +126,7 @@ def _bench(args: argparse.Namespace) -> int:
     overrides = {"budget": args.budget, "seeds": args.seeds,
                  "tuners": args.tuners.split(",") if args.tuners else None,
                  "baselines": args.baselines.split(",") if args.baselines else None,
-                 "altenv.name": args.altenv_agent}
+                 "altenv.name": args.altenv_agent, **_set_options(args.set)}
     for label, agent in map(_agent_option, args.agent or []):
         overrides["altenv" if label == "altenv" else f"agents.{label}"] = agent
     if args.suite is None:
@@ -138,6 +159,10 @@ def _entry_name(spec: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", spec).strip("_")[:80]
 
 
+SET_HELP = ("override a config field: dotted key, YAML value, repeatable "
+            "(e.g. measure.enable_cpu_cache_flush=true)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="altenv", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -159,6 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--output-dir", help="where runs go (default runs/)")
     tune.add_argument("--seed", type=int)
     tune.add_argument("--quiet", action="store_true", help="no progress bar")
+    tune.add_argument("--set", action="append", metavar="KEY=VALUE", help=SET_HELP)
     tune.set_defaults(func=_tune)
 
     train = sub.add_parser("train", help="pretrain an agent over a list of workloads")
@@ -166,6 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--output-dir", help="where runs go (default runs/)")
     train.add_argument("--seed", type=int)
     train.add_argument("--quiet", action="store_true", help="no progress bar")
+    train.add_argument("--set", action="append", metavar="KEY=VALUE", help=SET_HELP)
     train.set_defaults(func=_train)
 
     export = sub.add_parser("export", help="export a tuned run for deployment")
@@ -203,6 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
                            help="also time every network's kernels alone, side by side "
                                 "(DIR/<entry>/profile.csv, profile.png)")
         p.add_argument("--quiet", action="store_true", help="no progress bars")
+        p.add_argument("--set", action="append", metavar="KEY=VALUE", help=SET_HELP)
         p.set_defaults(func=_bench)
     return parser
 

@@ -237,6 +237,9 @@ def load_config(path: str | Path | None = None, schema: type[BaseModel] = RunCon
         *parents, leaf = key.split(".")
         for p in parents:
             node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"config {source}: override {key!r}: {p!r} is not a "
+                                  "section of fields")
         node[leaf] = value
     try:
         return schema.model_validate(data)
