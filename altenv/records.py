@@ -155,6 +155,9 @@ class Final:
     trials : int
         Records of the workload when the finalists were re-timed; a later record makes the
         re-timing stale.
+    cold : bool
+        Whether the finalists were timed with their weights flushed from the CPU caches
+        before each call (as a network runs them) rather than warm.
     timestamp : float
         Unix time of the re-timing.
     """
@@ -163,6 +166,7 @@ class Final:
     keys: list[str]
     latencies: list[float]
     trials: int
+    cold: bool = False
     timestamp: float = field(default_factory=time.time)
 
     @property

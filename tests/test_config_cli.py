@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from altenv.cli import main
+from altenv.cli import _set_options, main
 from altenv.config import ConfigError, RunConfig, TrainConfig, load_config
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
@@ -76,6 +76,31 @@ def test_overrides_and_defaults(tmp_path):
 def test_cli_reports_config_errors(tmp_path, capsys):
     assert main(["tune", str(write(tmp_path, "name: x\n"))]) == 2
     assert "give exactly one of 'workload'" in capsys.readouterr().err
+
+
+def test_cli_set_overrides_fields_and_names_bad_ones(tmp_path, capsys):
+    """``--set KEY=VALUE`` reaches the validated config (YAML values, dotted keys); a bad
+    key or value is a one-line error naming the field."""
+    cfg = write(tmp_path, "name: x\nworkload: gmm:M=8,N=8,K=8\n")
+    cases = [
+        (["--set", "measure.number=two"], "measure.number: Input should be a valid integer"),
+        (["--set", "measure.flush=true"], "measure.flush: Extra inputs are not permitted"),
+        (["--set", "name.x=1"], "override 'name.x': 'name' is not a section of fields"),
+        (["--set", "measure"], "--set 'measure': expected KEY=VALUE"),
+    ]
+    for extra, message in cases:
+        assert main(["tune", str(cfg), *extra]) == 2
+        assert message in capsys.readouterr().err
+    overrides = _set_options(["measure.enable_cpu_cache_flush=true", "measure.number=1",
+                              "agent.options={seed: 3}"])
+    assert overrides == {"measure.enable_cpu_cache_flush": True, "measure.number": 1,
+                         "agent.options": {"seed": 3}}
+    cfg = load_config(None, name="a", workload="gmm:M=8,N=8,K=8", **overrides)
+    assert cfg.measure.enable_cpu_cache_flush and cfg.measure.number == 1
+    assert cfg.agent.options == {"seed": 3}
+    assert main(["bench", "net", "--suite", "nets", "--set", "measure.repeat=0"]) == 2
+    assert "measure.repeat: Input should be greater than or equal to 1" in \
+        capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -67,6 +67,12 @@ def test_random_tuning_resumes_without_remeasuring(measurer, tmp_path):
     finals = (tmp_path / "records.jsonl").read_text().count('"final"')
     tune(resumed, agents.create("random", seed=1), Budget.split(20), progress=False)
     assert (tmp_path / "records.jsonl").read_text().count('"final"') == finals == 2
+    # finalists timed warm are not current for a cold final pick: it re-times them, cold
+    assert not db2.final(task.key).cold
+    cold = resumed.finalize(8, cold=True)
+    assert cold is not None and cold.cold and db2.final(task.key) is cold
+    assert (tmp_path / "records.jsonl").read_text().count('"final"') == 3
+    assert resumed.finalize(8, cold=True) is cold
 
 
 def test_agent_registry_errors():

@@ -145,9 +145,9 @@ class TuningSession:
         fairly. With ``cold`` they are timed with their weights flushed from the CPU
         caches before each call (:meth:`~altenv.measure.Measurer.retime`), as a network
         runs them. Nothing happens with fewer than two successful candidates, or when
-        current finalists are recorded already (a resumed run)."""
+        current finalists, timed as ``cold`` asks, are recorded already (a resumed run)."""
         current = self.db.final(self.task.key)
-        if finalists < 2 or current is not None:
+        if finalists < 2 or (current is not None and current.cold == cold):
             return current
         ranked = sorted((lat, i, c) for i, (c, lat) in enumerate(self._latency.items())
                         if math.isfinite(lat))
@@ -162,7 +162,7 @@ class TuningSession:
         latencies = [statistics.median(r.median for r in rs) for rs in results]
         return self.db.add_final(Final(self.task.key, [self._key(c, s) for c, s in
                                                        zip(top, schedules)],
-                                       latencies, self.trials))
+                                       latencies, self.trials, cold))
 
     # ------------------------------------------------------------ the two verbs
     def predict(self, candidates: Sequence[Candidate]) -> np.ndarray:
