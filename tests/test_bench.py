@@ -164,6 +164,14 @@ def test_ops_bench_end_to_end_and_resume(tmp_path, capsys):
     assert _records(out / "gmm16" / "altenv-seed0") == altenv_records  # finished: untouched
     assert json.loads((cell / "cell.json").read_text())["trials"] == 4
 
+    # the same directory measured another way is refused, naming what differs
+    cold = ["--set", "measure.enable_cpu_cache_flush=true", "--set", "measure.repeat=3"]
+    assert main(["bench", "ops", "--suite", str(suite), "--output", str(out), "--quiet",
+                 *cold]) == 2
+    err = capsys.readouterr().err
+    assert "measured with measure.repeat=2, measure.enable_cpu_cache_flush=False; this run " \
+        "asks for 3, True" in err
+
 
 @BENCH
 @pytest.mark.slow

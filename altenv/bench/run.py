@@ -16,9 +16,31 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from ..config import ConfigError
 from .net import profile_net, retime_net, tune_net_cell
 from .ops import retime_workload, tune_cell
 from .suite import BenchSuite
+
+
+# the measure fields that decide what a latency means; the rest (timeouts, workers) do not
+TIMING_FIELDS = ("number", "repeat", "min_repeat_ms", "enable_cpu_cache_flush")
+
+
+def _check_same_timing(suite: BenchSuite, output: Path) -> None:
+    """Refuse to add cells measured one way to an output directory measured another way
+    (tuners compare at equal settings, and a resumed cell must go on as it began)."""
+    path = output / "suite.json"
+    if not path.exists():
+        return
+    before = json.loads(path.read_text()).get("measure", {})
+    now = suite.measure.model_dump()
+    changed = [f for f in TIMING_FIELDS if f in before and before[f] != now[f]]
+    if changed:
+        was = ", ".join(f"measure.{f}={before[f]}" for f in changed)
+        asked = ", ".join(f"{now[f]}" for f in changed)
+        raise ConfigError(f"--output {output}: its cells were measured with {was}; this run "
+                          f"asks for {asked}. Give the same (--set measure.FIELD=VALUE) or "
+                          "another --output")
 
 
 def run_bench(suite: BenchSuite, output: str | Path, pattern: str | None = None,
@@ -32,6 +54,7 @@ def run_bench(suite: BenchSuite, output: str | Path, pattern: str | None = None,
     tune, time_entry, what = ((tune_cell, retime_workload, "programs") if suite.kind == "ops"
                               else (tune_net_cell, retime_net, "networks"))
     output = Path(output)
+    _check_same_timing(suite, output)
     output.mkdir(parents=True, exist_ok=True)
     (output / "suite.json").write_text(suite.model_dump_json(indent=1))
     expected = {f"{t}#{s}" for t in suite.tuners for s in range(suite.seeds)}
