@@ -142,6 +142,21 @@ def test_budget_split_gives_a_share_to_the_other_kernels():
     assert BudgetConfig.split(64).others == 0
 
 
+def test_task_budgets_give_small_tasks_a_floor_then_split_by_flops():
+    """ResNet-18-like weights: a 1x1 downsample and the classifier get the floor, the big
+    convolutions the rest by FLOPs x calls; the shares add up to the total."""
+    from altenv.run import TASK_FLOOR_BATCHES, _task_budgets
+
+    weights = {"c3x3": 231e6 * 3, "c3x3_res": 231e6, "c1x1": 12.8e6, "fc": 1.0e6}
+    floor = TASK_FLOOR_BATCHES * 8
+    shares = _task_budgets(weights, 600, floor)
+    assert sum(shares.values()) == 600
+    assert floor <= shares["fc"] <= shares["c1x1"] < shares["c3x3_res"] < shares["c3x3"]
+    assert shares["c3x3"] - floor == pytest.approx(3 * (shares["c3x3_res"] - floor), abs=3)
+    tight = _task_budgets(weights, 40, floor)  # too few for the floor: an equal share first
+    assert sum(tight.values()) == 40 and min(tight.values()) >= 10
+
+
 def test_finalists_are_re_timed_cold_in_model_runs():
     """``auto`` re-times a model run's finalists with flushed caches, an operator run's warm;
     ``warm`` and ``cold`` say the same for both."""

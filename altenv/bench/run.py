@@ -21,7 +21,6 @@ from .net import profile_net, retime_net, tune_net_cell
 from .ops import retime_workload, tune_cell
 from .suite import BenchSuite
 
-
 # the measure fields that decide what a latency means; the rest (timeouts, workers) do not
 TIMING_FIELDS = ("number", "repeat", "min_repeat_ms", "enable_cpu_cache_flush")
 
