@@ -160,15 +160,24 @@ def _is_kernel(symbol: str) -> bool:
 
 def _instrumented_run(vm: Any, args: Sequence[Any], skip: bool) -> list[tuple[str, float]]:
     """One call of ``main`` with every VM call timed between the instrument's before and
-    after hooks, in call order; with ``skip`` the kernel calls are skipped (builtins run)."""
+    after hooks, in call order; with ``skip`` the kernel calls are skipped (builtins run)
+    and each is timed from its before hook to the next hook (the VM calls no after hook
+    for a skipped call)."""
     times: list[tuple[str, float]] = []
     start = [0.0]
+    skipped: list[str] = []
 
     def instrument(func: Any, symbol: str, before: bool, ret: Any, *call_args: Any) -> int:
+        now = time.perf_counter()
+        if skipped:
+            times.append((skipped.pop(), now - start[0]))
         if before:
             start[0] = time.perf_counter()
-            return _SKIP if skip and _is_kernel(symbol) else _RUN
-        times.append((symbol, time.perf_counter() - start[0]))
+            if skip and _is_kernel(symbol):
+                skipped.append(symbol)
+                return _SKIP
+            return _RUN
+        times.append((symbol, now - start[0]))
         return _RUN
 
     vm.set_instrument(instrument)
@@ -182,15 +191,18 @@ def _instrumented_run(vm: Any, args: Sequence[Any], skip: bool) -> list[tuple[st
 def time_in_network(sources: Mapping[str, KernelSource], rounds: int = 5,
                     ) -> dict[str, dict[str, float]]:
     """Seconds per call of every kernel inside its network, for each source with a VM:
-    ``main`` run ``rounds`` times with each call timed (the programs interleaved), the
-    median per call site, less the instrument's own cost per call (the median over a
-    run's skipped kernel calls), averaged over the kernel's call sites."""
+    ``main`` run ``rounds`` times with each call timed (the programs interleaved, each timed
+    run right after an untimed one of the same program, so the caches hold what they hold
+    when the network runs in a loop), the median per call site, less the instrument's own
+    cost per call (the median over a run's skipped kernel calls), averaged over the
+    kernel's call sites."""
     programs = {label: src for label, src in sources.items() if src.vm is not None}
     sites: dict[str, dict[tuple[str, int], list[float]]] = {
         label: defaultdict(list) for label in programs}
     for _ in range(rounds + 1):  # the first round warms up
         for label, src in programs.items():
             seen: Counter[str] = Counter()
+            src.vm["main"](*src.args)
             for symbol, seconds in _instrumented_run(src.vm, src.args, skip=False):
                 if _is_kernel(symbol):
                     sites[label][symbol, seen[symbol]].append(seconds)
