@@ -164,20 +164,22 @@ def _instrumented_run(vm: Any, args: Sequence[Any], skip: bool) -> list[tuple[st
     and each is timed from its before hook to the next hook (the VM calls no after hook
     for a skipped call)."""
     times: list[tuple[str, float]] = []
-    start = [0.0]
-    skipped: list[str] = []
+    start = 0.0
+    skipped: str | None = None  # the skipped call whose time ends at the next hook
 
     def instrument(func: Any, symbol: str, before: bool, ret: Any, *call_args: Any) -> int:
+        nonlocal start, skipped
         now = time.perf_counter()
-        if skipped:
-            times.append((skipped.pop(), now - start[0]))
-        if before:
-            start[0] = time.perf_counter()
-            if skip and _is_kernel(symbol):
-                skipped.append(symbol)
-                return _SKIP
+        if skipped is not None:
+            times.append((skipped, now - start))
+            skipped = None
+        if not before:
+            times.append((symbol, now - start))
             return _RUN
-        times.append((symbol, now - start[0]))
+        start = time.perf_counter()
+        if skip and _is_kernel(symbol):
+            skipped = symbol
+            return _SKIP
         return _RUN
 
     vm.set_instrument(instrument)
@@ -191,18 +193,15 @@ def _instrumented_run(vm: Any, args: Sequence[Any], skip: bool) -> list[tuple[st
 def time_in_network(sources: Mapping[str, KernelSource], rounds: int = 5,
                     ) -> dict[str, dict[str, float]]:
     """Seconds per call of every kernel inside its network, for each source with a VM:
-    ``main`` run ``rounds`` times with each call timed (the programs interleaved, each timed
-    run right after an untimed one of the same program, so the caches hold what they hold
-    when the network runs in a loop), the median per call site, less the instrument's own
-    cost per call (the median over a run's skipped kernel calls), averaged over the
-    kernel's call sites."""
+    ``main`` run ``rounds`` times with each call timed (the programs interleaved), the
+    median per call site, less the instrument's own cost per call (the median over a
+    run's skipped kernel calls), averaged over the kernel's call sites."""
     programs = {label: src for label, src in sources.items() if src.vm is not None}
     sites: dict[str, dict[tuple[str, int], list[float]]] = {
         label: defaultdict(list) for label in programs}
     for _ in range(rounds + 1):  # the first round warms up
         for label, src in programs.items():
             seen: Counter[str] = Counter()
-            src.vm["main"](*src.args)
             for symbol, seconds in _instrumented_run(src.vm, src.args, skip=False):
                 if _is_kernel(symbol):
                     sites[label][symbol, seen[symbol]].append(seconds)
