@@ -35,6 +35,24 @@ def test_outer_loops_fused_until_every_core_has_work_and_inner_vectorized():
     np.testing.assert_array_equal(out.numpy(), dst.apply(x))
 
 
+def test_transposing_conversion_is_tiled_by_the_source_cache_line():
+    """Channels-innermost blocks to planar with padding (a MobileNet-V2 expand convolution's
+    output to its depthwise convolution's input): the channel loop is split by 16 and its
+    inner part moved next to the width loop; the numbers are unchanged."""
+    src = Layout((1, 48, 10, 10)).split(1, [-1, 16]).reorder([0, 1, 3, 4, 2])
+    dst = Layout((1, 48, 10, 10)).pad(2, 1, 1).pad(3, 1, 1)
+    func = parallel_spatial(conversion_func(src, dst), cores=2)
+    loops = loops_of(func)
+    # (n, c/16, h) fused and parallel, then 16 channels, then the row
+    assert [int(lp.extent) for lp in loops] == [36, 16, 12]
+    assert loops[0].kind == tirx.ForKind.PARALLEL
+    x = np.random.default_rng(3).standard_normal(src.logical_shape).astype("float32")
+    np.testing.assert_array_equal(_run(func, [src.apply(x)], dst.shape), dst.apply(x))
+    # the other way round the source's rows already run along the innermost loops
+    back = parallel_spatial(conversion_func(dst, src), cores=2)
+    assert [int(lp.extent) for lp in loops_of(back)][-2:] == [10, 16]
+
+
 def test_small_outputs_and_single_cores_stay_serial():
     small = conversion_func(Layout((4, 8, 8)), Layout((4, 8, 8)).pad(1, 1, 1))
     big = conversion_func(Layout((16, 64, 64)), Layout((16, 64, 64)).pad(1, 1, 1))

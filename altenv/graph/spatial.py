@@ -6,7 +6,9 @@
   network's latency. :func:`parallel_spatial` spreads the outer loops over the target's
   cores and vectorizes the innermost one (or, when it is wide, the inner part of a split of
   it); where a padding condition varies along that loop, TVM's vectorizer keeps it scalar
-  (it never loads outside a buffer).
+  (it never loads outside a buffer). A conversion that transposes (its source's contiguous
+  axis advances along an outer output loop, e.g. channels-innermost to planar) is first
+  tiled so that each tile of the source stays in cache while its rows are written.
 * The tasks it keeps as the frontend fused them (softmax, layer norm, pooling, a complex
   task it cannot map): :func:`untuned_schedule` gives them dlight's CPU reduction rule
   where it applies, else runs the leading spatial loops of their last block in parallel.
@@ -21,6 +23,7 @@ import tvm_ffi
 from tvm import s_tir, tirx
 from tvm.s_tir import dlight as dl
 from tvm.s_tir.dlight.analysis import normalize_prim_func
+from tvm.tirx.analysis import undefined_vars
 
 # The three thresholds are set by hand, not tuned: only the schedule as a whole was
 # measured (docs/benchmarks.md, ResNet-18 second run).
@@ -32,6 +35,9 @@ ITEMS_PER_CORE = 8
 #: largest divisor between ``MIN_VECTOR`` and this, and the inner part vectorized.
 MAX_VECTOR = 64
 MIN_VECTOR = 8
+#: The most iterations of a transposed loop moved inside (:func:`_tile_transpose`): 16
+#: float32 values fill one cache line of the source.
+TRANSPOSE_TILE = 16
 
 
 def parallel_spatial(func: tirx.PrimFunc, cores: int) -> tirx.PrimFunc:
@@ -47,9 +53,45 @@ def parallel_spatial(func: tirx.PrimFunc, cores: int) -> tirx.PrimFunc:
     loops = sch.get_loops(blocks[0])
     if not loops:
         return func
-    changed = _parallel_vectorize(sch, loops, [int(sch.get(loop).extent) for loop in loops],
-                                  len(loops), cores)
-    return sch.mod["main"] if changed else func
+    tiled, loops, extents = _tile_transpose(sch, blocks[0], loops)
+    changed = _parallel_vectorize(sch, loops, extents, len(loops), cores)
+    return sch.mod["main"] if changed or tiled else func
+
+
+def _tile_transpose(sch: s_tir.Schedule, block: s_tir.SBlockRV, loops: list
+                    ) -> tuple[bool, list, list[int]]:
+    """Tile a transposing copy: when the innermost (contiguous) index of the largest buffer
+    ``block`` reads follows a single output loop that is neither the innermost nor next to
+    it, split that loop by its largest divisor up to ``TRANSPOSE_TILE`` and move the inner
+    part just outside the innermost loop. Each source cache line is then read whole within
+    one tile instead of once per element across the output. The block's iterators must be
+    its loops in order (a TE stage). Returns whether it tiled, the loops and their
+    extents."""
+    extents = [int(sch.get(loop).extent) for loop in loops]
+    stmt = sch.get(block)
+    iters = [iv.var for iv in stmt.iter_vars]
+    if len(loops) < 3 or len(iters) != len(loops) or not stmt.reads:
+        return False, loops, extents
+    source = max(stmt.reads, key=lambda r: math.prod(int(d) for d in r.source.shape))
+    if not source.region:
+        return False, loops, extents
+    used = undefined_vars(source.region[-1].min)
+    follows = [i for i, var in enumerate(iters) if any(var.same_as(u) for u in used)]
+    if len(follows) != 1 or follows[0] >= len(loops) - 2:
+        return False, loops, extents
+    axis = follows[0]
+    tile = next(d for d in range(min(TRANSPOSE_TILE, extents[axis]), 0, -1)
+                if extents[axis] % d == 0)
+    if tile == 1:
+        return False, loops, extents
+    if tile == extents[axis]:
+        keep, ext = [], []
+    else:
+        outer, loops[axis] = sch.split(loops[axis], [None, tile])
+        keep, ext = [outer], [extents[axis] // tile]
+    order = loops[:axis] + keep + loops[axis + 1:-1] + [loops[axis], loops[-1]]
+    sch.reorder(*order)
+    return True, order, extents[:axis] + ext + extents[axis + 1:-1] + [tile, extents[-1]]
 
 
 def untuned_schedule(func: tirx.PrimFunc, target: tvm.target.Target, cores: int
