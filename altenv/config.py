@@ -112,7 +112,8 @@ class SearchConfig(Strict):
     inside a network, where a kernel's weights were last touched one run ago) or ``auto``
     (cold in model runs, warm in operator runs). In a model
     run, a task first measures ``warm_start`` candidates carried over from the tasks of the
-    same operator (other epilogues) tuned before it (:mod:`altenv.tuning.transfer`; 0: off)."""
+    same operator (other epilogues) tuned before it, and keeps as many trials to measure
+    those of the ones tuned after it (:mod:`altenv.tuning.transfer`; 0: off)."""
 
     batch: int = Field(128, ge=1)
     top_k: int = Field(8, ge=1)

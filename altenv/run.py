@@ -19,7 +19,7 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import yaml
@@ -28,6 +28,9 @@ from .config import ConfigError, RunConfig, TrainConfig
 from .records import RecordDB, plain_json
 from .tuning.loop import Budget
 from .tuning.others import OTHERS_DIR
+
+if TYPE_CHECKING:
+    from .tuning import TuningSession
 
 
 @dataclass
@@ -191,9 +194,20 @@ def _task_budgets(weights: dict[str, float], total: int, minimum: int) -> dict[s
     return shares
 
 
+def _best_entry(session: TuningSession, spec: str, calls: int) -> dict[str, Any]:
+    """A network task's entry in ``best.json``: its workload, layouts and loop decisions."""
+    task = session.task
+    cand, latency = session.best
+    return {"workload": task.key, "spec": spec, "epilogue": list(task.epilogue),
+            "calls": calls, "latency_s": latency, "factors": dict(cand.factors),
+            "decisions": task.space(cand.factors).to_vector(cand.point).tolist(),
+            "layouts": task.layouts_json(cand.factors)}
+
+
 def tune_model(cfg: RunConfig, progress: bool = True) -> RunResult:
     """Tune every complex task of ``cfg.model`` (in topological order, ALT §6; each starts
-    from its tuned siblings' best, :mod:`altenv.tuning.transfer`), build the network with
+    from its tuned siblings' best, and the earlier siblings measure the later ones' best
+    at the end, :mod:`altenv.tuning.transfer`), build the network with
     the best layouts and schedules (layouts propagated, ALT Alg. 1), check it against the
     source framework and time it against TVM's untuned build and PyTorch."""
     from .baselines import compare, network_baseline, torch_module_baseline, untuned_relax_baseline
@@ -207,7 +221,7 @@ def tune_model(cfg: RunConfig, progress: bool = True) -> RunResult:
     from .target import make_target
     from .tuning import OpTask, TuningSession, tune
     from .tuning.others import tune_others
-    from .tuning.transfer import TunedTask, tuned_task, warm_start
+    from .tuning.transfer import TunedTask, carry_back, tuned_task, warm_start
 
     previous = _open_run(cfg)
     start = time.perf_counter()
@@ -231,32 +245,47 @@ def tune_model(cfg: RunConfig, progress: bool = True) -> RunResult:
     agent = _make_agent(cfg, tensorboard_log=str(cfg.run_dir / "tb"))
     trials = 0
     siblings: dict[str, list[TunedTask]] = {}  # by operator spec, for warm starts
+    pending: dict[str, list[tuple[str, TuningSession]]] = {}  # sessions, by spec
+    last_of_spec = {low.spec: name for name, low in lowering_of.items()}
+    options = cfg.search.loop_options(model=True)
     with create(None, cfg.measure, cfg.target) as measurer, \
             RecordDB(cfg.run_dir / "records.jsonl") as db:
         for name, lowering in lowering_of.items():
             task = OpTask(lowering.spec, cfg.target, lowering.epilogue, cfg.search.levels)
             session = TuningSession(task, measurer, db, cost_model, check=cfg.search.check)
-            budget = Budget.split(budgets[name], joint_fraction)
+            last = last_of_spec[lowering.spec] == name
+            reserve = 0 if last else cfg.search.warm_start  # for carry_back
+            budget = Budget.split(budgets[name] - reserve, joint_fraction)
             session.limit = budget.total
             session.measure(warm_start(task, siblings.get(lowering.spec, []),
                                        cfg.search.warm_start))
-            tune(session, agent, budget, **cfg.search.loop_options(model=True),
-                 progress=progress, callbacks=[log])
-            siblings.setdefault(lowering.spec, []).append(
-                tuned_task(session, cfg.search.warm_start))
+            tune(session, agent, budget, **options, progress=progress, callbacks=[log])
+            group = siblings.setdefault(lowering.spec, [])
+            group.append(tuned_task(session, cfg.search.warm_start))
+            pending.setdefault(lowering.spec, []).append((name, session))
             _save_agent(agent, cfg)
-            trials += session.trials
-            cand, latency = session.best
-            if cand is None:
-                print(f"task {name}: nothing measured successfully; default layout and schedule")
+            if not last:
                 continue
-            factors[name] = dict(cand.factors)
-            schedules[name] = session.schedule(cand)
-            best[name] = {"workload": task.key, "spec": lowering.spec,
-                          "epilogue": list(lowering.epilogue), "calls": calls[name],
-                          "latency_s": latency, "factors": dict(cand.factors),
-                          "decisions": task.space(cand.factors).to_vector(cand.point).tolist(),
-                          "layouts": task.layouts_json(cand.factors)}
+            done = pending.pop(lowering.spec)
+            for k, (earlier, earlier_session) in enumerate(done[:-1]):
+                before = earlier_session.best[1]
+                carry_back(earlier_session, group[k + 1:], cfg.search.warm_start,
+                           budgets[earlier], options["finalists"],
+                           options["finalist_rounds"], options["finalists_cold"])
+                after = earlier_session.best[1]
+                if after < before:
+                    print(f"task {earlier}: {before * 1e3:.4g} -> {after * 1e3:.4g} ms with "
+                          "a candidate carried back from a later sibling")
+            for earlier, earlier_session in done:
+                trials += earlier_session.trials
+                cand = earlier_session.best[0]
+                if cand is None:
+                    print(f"task {earlier}: nothing measured successfully; default layout "
+                          "and schedule")
+                    continue
+                factors[earlier] = dict(cand.factors)
+                schedules[earlier] = earlier_session.schedule(cand)
+                best[earlier] = _best_entry(earlier_session, lowering.spec, calls[earlier])
         log.close()
         cost_model.save(cfg.run_dir / "costmodel.npz")
     plan = plan_network(graph, factors)
@@ -271,7 +300,8 @@ def tune_model(cfg: RunConfig, progress: bool = True) -> RunResult:
     network = build_plan(plan, schedules, cfg.target, read_through,
                          others_database(cfg.run_dir), cfg.fast_math)
     (cfg.run_dir / "best.json").write_text(json.dumps(
-        {"model": cfg.model, "tasks": best, "read_through": list(network.reads_through)},
+        {"model": cfg.model, "tasks": {t: best[t] for t in lowering_of if t in best},
+         "read_through": list(network.reads_through)},
         indent=1))
     inputs = model.random_inputs(cfg.seed + 1)
     expected = model.reference(inputs)

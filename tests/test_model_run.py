@@ -97,12 +97,21 @@ def test_a_task_starts_from_its_tuned_siblings_fastest(tmp_path):
     first, second = json.loads((run / "best.json").read_text())["tasks"].values()
     assert first["spec"] == second["spec"] and first["epilogue"] != second["epilogue"]
     with RecordDB(run / "records.jsonl") as db:
-        winner = db.best(first["workload"])
+        firsts = db.records(first["workload"])
         records = db.records(second["workload"])
-    # the second task measured the first one's best first, in its layout, with its tiling
+        winner = db.best(second["workload"])
+    # the second task measured one of the first one's (the fastest) first, in its layout and
+    # tiling; the first had 2 trials of its 4 left for the second's fastest after that
     assert len(records) == 4 and records[0].ok  # 8 trials, 4 per task
-    assert records[0].layouts["factors"] == winner.layouts["factors"]
-    assert _tiles(records[0]) == _tiles(winner)
+    assert _candidate(records[0]) in {_candidate(r) for r in firsts[:2]}
+    assert 2 <= len(firsts) <= 4
+    assert {_candidate(r) for r in firsts[2:]} <= {_candidate(r) for r in records}
+    assert _candidate(winner) in {_candidate(r) for r in firsts}
+
+
+def _candidate(record) -> str:
+    """A record's layout and tile sizes, comparable across tasks of one operator."""
+    return json.dumps([record.layouts["factors"], _tiles(record)], sort_keys=True)
 
 
 def _tiles(record) -> list:
