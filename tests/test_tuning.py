@@ -11,7 +11,7 @@ from altenv.measure import MeasureConfig, create
 from altenv.ops import run_numpy
 from altenv.records import RecordDB
 from altenv.tuning import Budget, OpTask, TuningSession, tune
-from altenv.tuning.transfer import tuned_task, warm_start
+from altenv.tuning.transfer import carry_back, tuned_task, warm_start
 
 SPEC = "c2d:N=1,I=8,O=16,H=8,W=8,KH=3,KW=3,pad=1"
 
@@ -141,3 +141,36 @@ def test_warm_start_carries_a_siblings_fastest_over(measurer, tmp_path):
         assert all(np.isfinite(session.measure(seeds)))
         assert [r.layouts["factors"] for r in db.records(task.key)] == \
             [dict(s.factors) for s in seeds]
+
+
+@pytest.mark.slow
+def test_carry_back_measures_a_later_siblings_fastest_and_repicks(measurer, tmp_path):
+    """A task tuned before its sibling measures the sibling's fastest candidates it has not
+    measured (up to ``n``, within ``limit``), re-times its finalists with them, and
+    measures nothing again when called a second time (a resumed run)."""
+    early = OpTask(SPEC, epilogue=("bias", "relu"))
+    later = OpTask(SPEC, epilogue=("bias", "residual", "relu"))
+    with RecordDB(tmp_path / "records.jsonl") as db:
+        first = TuningSession(early, measurer, db)
+        tune(first, agents.create("random", seed=3), Budget.split(6), batch=16, top_k=3,
+             progress=False)
+        second = TuningSession(later, measurer, db)
+        tune(second, agents.create("random", seed=4), Budget.split(8), batch=16, top_k=4,
+             progress=False)
+        tuned = tuned_task(second, 4)
+        expected = [c for c in warm_start(early, [tuned], 4) if first.measured(c) is None][:2]
+        assert expected  # independent random searches: the sibling found new candidates
+
+        carried = carry_back(first, [tuned], 2, limit=first.trials + 2, finalists=8)
+        assert carried == expected
+        assert all(np.isfinite(first.measure(carried)))
+        assert db.count(early.key) == 6 + len(carried)
+        assert [r.layouts["factors"] for r in db.records(early.key)[6:]] == \
+            [dict(c.factors) for c in carried]
+        final = db.final(early.key)  # re-timed with the carried candidates among them
+        assert final is not None and final.trials == 6 + len(carried)
+        assert first.best[0] is not None
+
+        again = carry_back(first, [tuned], 2, limit=6 + len(carried), finalists=8)
+        assert db.count(early.key) == 6 + len(carried) and db.final(early.key) == final
+        assert not set(again) & set(carried)
