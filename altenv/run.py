@@ -269,11 +269,11 @@ def tune_model(cfg: RunConfig, progress: bool = True) -> RunResult:
             done = pending.pop(lowering.spec)
             for k, (earlier, earlier_session) in enumerate(done[:-1]):
                 before = earlier_session.best[1]
-                carry_back(earlier_session, group[k + 1:], cfg.search.warm_start,
-                           budgets[earlier], options["finalists"],
-                           options["finalist_rounds"], options["finalists_cold"])
-                after = earlier_session.best[1]
-                if after < before:
+                carried = carry_back(earlier_session, group[k + 1:], cfg.search.warm_start,
+                                     budgets[earlier], options["finalists"],
+                                     options["finalist_rounds"], options["finalists_cold"])
+                cand, after = earlier_session.best
+                if cand in carried:
                     print(f"task {earlier}: {before * 1e3:.4g} -> {after * 1e3:.4g} ms with "
                           "a candidate carried back from a later sibling")
             for earlier, earlier_session in done:

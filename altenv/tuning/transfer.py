@@ -69,7 +69,8 @@ def carry_back(session: TuningSession, later: Sequence[TunedTask], n: int, limit
     """Measure on ``session`` (its task tuned) up to ``n`` candidates carried over from
     ``later`` (siblings tuned after it) that it has not measured, with at most ``limit``
     trials in all, then re-time its finalists (:meth:`TuningSession.finalize`); returns
-    the candidates carried over. Resuming after it is done measures nothing again."""
+    the candidates it carried over (those past ``limit`` unmeasured). Called again (a
+    resumed run), it measures no candidate twice."""
     pool = warm_start(session.task, later, sum(len(sib.candidates) for sib in later))
     carried = [c for c in pool if session.measured(c) is None][:n]
     session.limit = limit
