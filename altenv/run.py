@@ -179,11 +179,25 @@ def tune_workload(cfg: RunConfig, progress: bool = True) -> RunResult:
 # FLOPs alone, ResNet-18's 1x1 downsample convolutions got 13 trials and its classifier 8,
 # and lost to MetaSchedule's, whose task scheduler gives every task at least 64
 TASK_FLOOR_BATCHES = 4
+RIDGE_FLOPS_PER_BYTE = 5.0
+"""Where tuned kernels turn memory-bound: about 200 GFLOP/s of the best convolutions over
+about 40 GB/s of the best depthwise ones, measured on ResNet-18 and MobileNet-V2 runs on
+the 2-core CI CPU (docs/tuning.md). Sizes a task's share of the budget."""
+
+
+def _task_weight(spec: str, calls: int) -> float:
+    """A task's share of the budget, in proportion to a roofline estimate of its latency:
+    ``max(FLOPs, RIDGE x bytes moved) x calls``. FLOPs alone starve memory-bound tasks
+    (MobileNet-V2's depthwise convolutions, the classifier GEMV)."""
+    from .ops import operator_for, parse_workload
+
+    op = operator_for(parse_workload(spec))
+    return max(float(op.flops()), RIDGE_FLOPS_PER_BYTE * op.traffic_bytes()) * calls
 
 
 def _task_budgets(weights: dict[str, float], total: int, minimum: int) -> dict[str, int]:
     """Split ``total`` trials over tasks: each gets ``minimum`` (when the total allows),
-    the rest goes in proportion to ``weights`` (FLOPs x calls)."""
+    the rest goes in proportion to ``weights`` (:func:`_task_weight`)."""
     floor = min(minimum, total // max(len(weights), 1))
     rest = total - floor * len(weights)
     norm = sum(weights.values()) or 1.0
@@ -217,7 +231,6 @@ def tune_model(cfg: RunConfig, progress: bool = True) -> RunResult:
     from .graph.network import build_plan, other_kernels, plan_network
     from .graph.tasks import extract_tasks
     from .measure import create
-    from .ops import operator_for, parse_workload
     from .target import make_target
     from .tuning import OpTask, TuningSession, tune
     from .tuning.others import tune_others
@@ -230,8 +243,7 @@ def tune_model(cfg: RunConfig, progress: bool = True) -> RunResult:
     plan = plan_network(graph)
     lowering_of = {graph.calls[i].task: low for i, low in sorted(plan.lowerings.items())}
     calls = {t: sum(1 for c in graph.calls if c.task == t) for t in lowering_of}
-    weights = {t: float(operator_for(parse_workload(low.spec)).flops()) * calls[t]
-               for t, low in lowering_of.items()}
+    weights = {t: _task_weight(low.spec, calls[t]) for t, low in lowering_of.items()}
     budgets = _task_budgets(weights, cfg.budget.searched,
                             TASK_FLOOR_BATCHES * cfg.search.top_k)
     joint_fraction = cfg.budget.joint / max(cfg.budget.searched, 1)

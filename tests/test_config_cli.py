@@ -157,6 +157,23 @@ def test_task_budgets_give_small_tasks_a_floor_then_split_by_flops():
     assert sum(tight.values()) == 40 and min(tight.values()) >= 10
 
 
+def test_task_weights_follow_a_roofline_not_flops_alone():
+    """A memory-bound depthwise convolution is weighted by the bytes it moves, a 3x3
+    convolution by its FLOPs; int8 data moves one byte an element, its int32 output four."""
+    from altenv.ops import operator_for, parse_workload
+    from altenv.run import RIDGE_FLOPS_PER_BYTE, _task_weight
+
+    dep = "dep:N=1,C=32,H=112,W=112,KH=3,KW=3,stride=1,pad=1"
+    op = operator_for(parse_workload(dep))
+    assert op.traffic_bytes() == 4 * (32 * 114 * 114 + 32 * 9 + 32 * 112 * 112)
+    assert _task_weight(dep, 2) == 2 * RIDGE_FLOPS_PER_BYTE * op.traffic_bytes()
+    assert _task_weight(dep, 1) > 2 * op.flops()
+    c3 = "c2d:N=1,I=64,O=64,H=56,W=56,KH=3,KW=3,stride=1,pad=1"
+    assert _task_weight(c3, 3) == 3 * operator_for(parse_workload(c3)).flops()
+    q = operator_for(parse_workload("gmm:M=4,N=16,K=32,dtype=int8"))
+    assert q.traffic_bytes() == 4 * 32 + 32 * 16 + 4 * 4 * 16
+
+
 def test_finalists_are_re_timed_cold_in_model_runs():
     """``auto`` re-times a model run's finalists with flushed caches, an operator run's warm;
     ``warm`` and ``cold`` say the same for both."""

@@ -86,6 +86,12 @@ class Operator:
         """Useful multiply-adds times two."""
         return 2 * math.prod(self.out_shape()) * math.prod(e for _, e in self.reduce_extents())
 
+    def traffic_bytes(self) -> int:
+        """Bytes of the logical inputs and the output: what the kernel must move at least."""
+        sizes = [math.prod(shape) * np.dtype(self.input_dtype(name)).itemsize
+                 for name, shape in self.input_shapes().items()]
+        return sum(sizes) + math.prod(self.out_shape()) * np.dtype(self.out_dtype).itemsize
+
     def random_raw_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
         """Random framework inputs (never zeros)."""
         rng = np.random.default_rng(seed)
