@@ -134,7 +134,8 @@ def test_loop_stage_runs_metaschedule_search_from_the_layout_records(tmp_path):
 
 def _check_race(records, joint, trials):
     """The loop-only stage's records follow a race of the joint stage's four best layouts:
-    ``trials`` each, then ``trials`` more for the faster two, then only the winner."""
+    ``trials`` each, then ``trials`` more for the faster two, then only the winner (on a
+    tie of the final two, either: the agent orders them by all their trials so far)."""
     layouts = [freeze(r.layouts["factors"]) for r in records]
     best: dict = {}
 
@@ -152,7 +153,8 @@ def _check_race(records, joint, trials):
         start += size * trials
         update(start)
         entrants = sorted(entrants, key=best.get)[:size // 2]
-    assert set(layouts[start:]) == set(entrants)
+    winner = set(layouts[start:])
+    assert len(winner) == 1 and best[winner.pop()] == best[entrants[0]]
 
 
 @pytest.mark.parametrize("loop_search, trials, budget", [
