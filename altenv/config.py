@@ -113,7 +113,10 @@ class SearchConfig(Strict):
     (cold in model runs, warm in operator runs). In a model
     run, a task first measures ``warm_start`` candidates carried over from the tasks of the
     same operator (other epilogues) tuned before it, and keeps as many trials to measure
-    those of the ones tuned after it (:mod:`altenv.tuning.transfer`; 0: off)."""
+    those of the ones tuned after it (:mod:`altenv.tuning.transfer`; 0: off). Once all its
+    tasks are tuned, a model run re-times each task's ``in_network`` fastest layouts (those
+    within ``in_network_slack`` times its fastest) with the conversions the network runs
+    before them, and keeps the fastest there (:mod:`altenv.graph.in_network`; 1: off)."""
 
     batch: int = Field(128, ge=1)
     top_k: int = Field(8, ge=1)
@@ -123,6 +126,8 @@ class SearchConfig(Strict):
     finalist_rounds: int = Field(3, ge=1)
     finalist_caches: Literal["auto", "warm", "cold"] = "auto"
     warm_start: int = Field(4, ge=0)
+    in_network: int = Field(3, ge=1)
+    in_network_slack: float = Field(1.5, ge=1.0)
 
     def loop_options(self, model: bool = False) -> dict[str, Any]:
         """The keyword arguments of :func:`altenv.tuning.tune` these settings give, for a

@@ -208,14 +208,45 @@ def _task_budgets(weights: dict[str, float], total: int, minimum: int) -> dict[s
     return shares
 
 
-def _best_entry(session: TuningSession, spec: str, calls: int) -> dict[str, Any]:
+def _best_entry(session: TuningSession, spec: str, calls: int, cand: Any, latency: float
+                ) -> dict[str, Any]:
     """A network task's entry in ``best.json``: its workload, layouts and loop decisions."""
     task = session.task
-    cand, latency = session.best
     return {"workload": task.key, "spec": spec, "epilogue": list(task.epilogue),
             "calls": calls, "latency_s": latency, "factors": dict(cand.factors),
             "decisions": task.space(cand.factors).to_vector(cand.point).tolist(),
             "layouts": task.layouts_json(cand.factors)}
+
+
+IN_NETWORK_FILE = "in_network.json"
+"""The layout choices a model run made inside the network (:mod:`altenv.graph.in_network`),
+by task: kept across a resumed run."""
+
+
+def _choose_in_network(cfg: RunConfig, graph: Any, factors: dict[str, dict[str, int]],
+                       schedules: dict[str, Any], options: dict[str, list[Any]]) -> int:
+    """Re-time each task's contenders inside the network (:func:`choose_layouts`), updating
+    ``factors`` to the layouts kept; the contenders timed, which count as trials."""
+    from .graph.in_network import Choice, choose_layouts
+
+    path = cfg.run_dir / IN_NETWORK_FILE
+    known = {t: Choice.from_json(c) for t, c in json.loads(path.read_text()).items()} \
+        if path.exists() else {}
+    recorded = {t: c.to_json() for t, c in known.items()}
+
+    def save(task: str, choice: Choice) -> None:
+        recorded[task] = choice.to_json()
+        path.write_text(json.dumps(recorded, indent=1))
+        kept = choice.seconds[choice.chosen]
+        print(f"task {task}: in the network {choice.seconds[0] * 1e6:.0f} us on its best "
+              f"layout alone, {kept * 1e6:.0f} us on contender {choice.chosen} "
+              f"(of {len(choice.seconds)})")
+
+    choices = choose_layouts(graph, factors, schedules, options, cfg.target, known, save,
+                             seed=cfg.seed)
+    for task, choice in choices.items():
+        factors[task] = dict(choice.factors[choice.chosen])
+    return sum(len(c.seconds) for c in choices.values())
 
 
 def tune_model(cfg: RunConfig, progress: bool = True) -> RunResult:
@@ -228,6 +259,7 @@ def tune_model(cfg: RunConfig, progress: bool = True) -> RunResult:
     from .costmodel import CostModel
     from .graph import load_model
     from .graph.build import max_rel_err
+    from .graph.in_network import contenders
     from .graph.network import build_plan, other_kernels, plan_network
     from .graph.tasks import extract_tasks
     from .measure import create
@@ -253,6 +285,7 @@ def tune_model(cfg: RunConfig, progress: bool = True) -> RunResult:
     best: dict[str, dict[str, Any]] = {}
     factors: dict[str, dict[str, int]] = {}
     schedules: dict[str, Any] = {}
+    sessions: dict[str, TuningSession] = {}
     cost_model = CostModel(seed=cfg.seed)
     agent = _make_agent(cfg, tensorboard_log=str(cfg.run_dir / "tb"))
     trials = 0
@@ -297,9 +330,20 @@ def tune_model(cfg: RunConfig, progress: bool = True) -> RunResult:
                     continue
                 factors[earlier] = dict(cand.factors)
                 schedules[earlier] = earlier_session.schedule(cand)
-                best[earlier] = _best_entry(earlier_session, lowering.spec, calls[earlier])
+                sessions[earlier] = earlier_session
+                best[earlier] = _best_entry(earlier_session, lowering.spec, calls[earlier],
+                                            *earlier_session.best)
         log.close()
         cost_model.save(cfg.run_dir / "costmodel.npz")
+    options = {t: contenders(sessions[t], cfg.search.in_network, cfg.search.in_network_slack)
+               for t in lowering_of if t in sessions}  # in graph order: producers first
+    trials += _choose_in_network(cfg, graph, factors, schedules, options)
+    for name, cands in options.items():
+        chosen = next((c for c in cands if dict(c.factors) == factors[name]), None)
+        if chosen is not None and chosen is not cands[0]:
+            schedules[name] = chosen.schedule
+            best[name] = _best_entry(sessions[name], lowering_of[name].spec, calls[name],
+                                     chosen.candidate, chosen.latency)
     plan = plan_network(graph, factors)
     read_through: Any = "measure"
     if cfg.budget.others:

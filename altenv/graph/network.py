@@ -390,6 +390,18 @@ def other_kernels(plan: NetworkPlan, schedules: Mapping[str, Scheduled] | None =
     return kernels, tuple(rewriter.reads_through)
 
 
+def call_options(plan: NetworkPlan, schedules: Mapping[str, Scheduled], index: int,
+                 target: str | dict | tvm.target.Target | None = None
+                 ) -> list[list[tirx.PrimFunc]]:
+    """The kernels a build of ``plan`` runs for complex call ``index``, scheduled as the build
+    schedules them, one list per way the call may get its data operand: the conversions of
+    its operands that are not stored in the layouts it reads, then the call; and, where its
+    data operand is converted, the same with the call reading that operand as stored
+    instead (when its schedule replays on that variant; :mod:`altenv.graph.read_through`).
+    A conversion another call of the network would share is counted here all the same."""
+    return _Rewriter(plan, dict(schedules), make_target(target)).call_options(index)
+
+
 class _Rewriter:
     """Builds the new ``main`` call by call, keeping each tensor's versions by layout. The
     tasks kept as they are (and, off the CPU, the generated spatial functions) take their
@@ -486,8 +498,8 @@ class _Rewriter:
         dtype = str(have[src].ty.dtype)
         key = (src, layout, dtype)
         if key not in self.conv_funcs:
-            func = _noalias(conversion_func(src, layout, dtype).without_attr("global_symbol"))
-            self.conv_funcs[key] = self._add_other(func, "layout_convert", "conversion")
+            self.conv_funcs[key] = self._add_other(_conversion(src, layout, dtype),
+                                                   "layout_convert", "conversion")
         gvar = self.conv_funcs[key]
         var = self.bb.emit(relax.call_tir(gvar, [have[src]], relax.TensorType(
             list(layout.shape), dtype)), "convert")
@@ -648,9 +660,8 @@ class _Rewriter:
         if func is None:
             return None
         if self.read_through == MEASURE:
-            dtype = self.plan.graph.calls[index].dtype
-            conversion, _ = self._other(_noalias(conversion_func(storage, want, dtype)
-                                                 .without_attr("global_symbol")))
+            conversion, _ = self._other(_conversion(storage, want,
+                                                    self.plan.graph.calls[index].dtype))
             original = self._schedule(task, lowering.func(layouts))
             faster, through, convert = reads_through_faster(
                 _noalias(func), conversion, _noalias(original), self.target)
@@ -659,6 +670,37 @@ class _Rewriter:
             if not faster:
                 return None
         return func
+
+    def call_options(self, index: int) -> list[list[tirx.PrimFunc]]:
+        """See :func:`call_options`."""
+        plan = self.plan
+        call = plan.graph.calls[index]
+        lowering = plan.lowerings[index]
+        name = op_name(index)
+        op = plan.dataflow.op(name)
+        shapes = plan.dataflow.shapes
+        layouts = dict(plan.layouts[call.task])
+        if lowering.residual_arg is not None:
+            layouts["residual"] = plan.propagation.read_layout(name, op.inputs[-1], shapes)
+        before = []
+        for tensor in op.inputs[1:]:
+            if tensor in plan.dataflow.constants:
+                continue
+            stored = self._storage(tensor)
+            read = canonical(plan.propagation.read_layout(name, tensor, shapes))
+            if not stored.same_storage(read):
+                before.append(self._other(_conversion(stored, read, call.dtype))[0])
+        storage = self._storage(op.inputs[0])
+        want = canonical(plan.chosen[name]["data"])
+        kernel = _noalias(self._schedule(call.task, lowering.func(layouts)))
+        if storage.same_storage(want):
+            return [before + [kernel]]
+        options = [before + [self._other(_conversion(storage, want, call.dtype))[0], kernel]]
+        variant = self._replay(call.task, lowering.func(
+            {**layouts, "data": lowering.read_through_layout(storage)}))
+        if variant is not None:
+            options.append(before + [_noalias(variant)])
+        return options
 
     def _schedule(self, task: str, func: tirx.PrimFunc) -> tirx.PrimFunc:
         """``func`` with the task's schedule (:meth:`_replay`); the default schedule, with a
@@ -771,6 +813,11 @@ def canonical(layout: Layout) -> Layout:
     """``layout`` without dimension names (layouts that store data alike compare equal)."""
     data = layout.to_json()
     return Layout.from_json({"shape": data["shape"], "primitives": data["primitives"]})
+
+
+def _conversion(src: Layout, dst: Layout, dtype: str) -> tirx.PrimFunc:
+    """The unscheduled PrimFunc converting a tensor stored in ``src`` into ``dst``."""
+    return _noalias(conversion_func(src, dst, dtype).without_attr("global_symbol"))
 
 
 def _noalias(func: tirx.PrimFunc) -> tirx.PrimFunc:
