@@ -224,9 +224,10 @@ by task: kept across a resumed run."""
 
 
 def _choose_in_network(cfg: RunConfig, graph: Any, factors: dict[str, dict[str, int]],
-                       schedules: dict[str, Any], options: dict[str, list[Any]]) -> int:
+                       schedules: dict[str, Any], options: dict[str, list[Any]]) -> None:
     """Re-time each task's contenders inside the network (:func:`choose_layouts`), updating
-    ``factors`` to the layouts kept; the contenders timed, which count as trials."""
+    ``factors`` to the layouts kept. Like the final pick, this re-times candidates already
+    measured: it costs seconds, not trials."""
     from .graph.in_network import Choice, choose_layouts
 
     path = cfg.run_dir / IN_NETWORK_FILE
@@ -237,16 +238,15 @@ def _choose_in_network(cfg: RunConfig, graph: Any, factors: dict[str, dict[str, 
     def save(task: str, choice: Choice) -> None:
         recorded[task] = choice.to_json()
         path.write_text(json.dumps(recorded, indent=1))
-        kept = choice.seconds[choice.chosen]
-        print(f"task {task}: in the network {choice.seconds[0] * 1e6:.0f} us on its best "
-              f"layout alone, {kept * 1e6:.0f} us on contender {choice.chosen} "
-              f"(of {len(choice.seconds)})")
+        first, kept = choice.seconds[0], choice.seconds[choice.chosen]
+        print(f"task {task}: {first * 1e6:.0f} us per network run on the layout fastest "
+              f"alone, {kept * 1e6:.0f} us on the one kept (contender {choice.chosen} of "
+              f"{len(choice.seconds)})")
 
     choices = choose_layouts(graph, factors, schedules, options, cfg.target, known, save,
                              seed=cfg.seed)
     for task, choice in choices.items():
         factors[task] = dict(choice.factors[choice.chosen])
-    return sum(len(c.seconds) for c in choices.values())
 
 
 def tune_model(cfg: RunConfig, progress: bool = True) -> RunResult:
@@ -337,7 +337,7 @@ def tune_model(cfg: RunConfig, progress: bool = True) -> RunResult:
         cost_model.save(cfg.run_dir / "costmodel.npz")
     options = {t: contenders(sessions[t], cfg.search.in_network, cfg.search.in_network_slack)
                for t in lowering_of if t in sessions}  # in graph order: producers first
-    trials += _choose_in_network(cfg, graph, factors, schedules, options)
+    _choose_in_network(cfg, graph, factors, schedules, options)
     for name, cands in options.items():
         chosen = next((c for c in cands if dict(c.factors) == factors[name]), None)
         if chosen is not None and chosen is not cands[0]:

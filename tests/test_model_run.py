@@ -29,10 +29,9 @@ def test_tune_model_export_and_load_with_plain_tvm(tmp_path, tiny_model):
     run = tmp_path / "tiny"
     summary = json.loads((run / "summary.json").read_text())
     assert summary["max_rel_err_vs_torch"] < 1e-4
-    # the layouts re-timed inside the network count as trials; the run keeps their winners
+    assert summary["trials"] == 24  # re-timing layouts inside the network costs no trials
     choices = json.loads((run / "in_network.json").read_text())
     assert choices  # the first convolution pads the network input: a conversion to weigh
-    assert summary["trials"] == 24 + sum(len(c["seconds"]) for c in choices.values())
     assert set(summary["speedup"]) == {"tvm-default", "torch"}
     best = json.loads((run / "best.json").read_text())
     assert {t["spec"].split(":")[0] for t in best["tasks"].values()} == {"c2d", "grp", "gmm"}
