@@ -224,10 +224,12 @@ by task: kept across a resumed run."""
 
 
 def _choose_in_network(cfg: RunConfig, graph: Any, factors: dict[str, dict[str, int]],
-                       schedules: dict[str, Any], options: dict[str, list[Any]]) -> None:
-    """Re-time each task's contenders inside the network (:func:`choose_layouts`), updating
-    ``factors`` to the layouts kept. Like the final pick, this re-times candidates already
-    measured: it costs seconds, not trials."""
+                       schedules: dict[str, Any], options: dict[str, list[Any]]
+                       ) -> dict[str, Any]:
+    """Re-time each task's contenders inside the network (:func:`choose_layouts`); the
+    contender kept by each task that kept another than its fastest alone. Like the final
+    pick, this re-times
+    candidates already measured: it costs seconds, not trials."""
     from .graph.in_network import Choice, choose_layouts
 
     path = cfg.run_dir / IN_NETWORK_FILE
@@ -245,8 +247,8 @@ def _choose_in_network(cfg: RunConfig, graph: Any, factors: dict[str, dict[str, 
 
     choices = choose_layouts(graph, factors, schedules, options, cfg.target, known, save,
                              seed=cfg.seed)
-    for task, choice in choices.items():
-        factors[task] = dict(choice.factors[choice.chosen])
+    return {task: options[task][choice.chosen] for task, choice in choices.items()
+            if choice.chosen}
 
 
 def tune_model(cfg: RunConfig, progress: bool = True) -> RunResult:
@@ -337,13 +339,10 @@ def tune_model(cfg: RunConfig, progress: bool = True) -> RunResult:
         cost_model.save(cfg.run_dir / "costmodel.npz")
     options = {t: contenders(sessions[t], cfg.search.in_network, cfg.search.in_network_slack)
                for t in lowering_of if t in sessions}  # in graph order: producers first
-    _choose_in_network(cfg, graph, factors, schedules, options)
-    for name, cands in options.items():
-        chosen = next((c for c in cands if dict(c.factors) == factors[name]), None)
-        if chosen is not None and chosen is not cands[0]:
-            schedules[name] = chosen.schedule
-            best[name] = _best_entry(sessions[name], lowering_of[name].spec, calls[name],
-                                     chosen.candidate, chosen.latency)
+    for name, kept in _choose_in_network(cfg, graph, factors, schedules, options).items():
+        factors[name], schedules[name] = dict(kept.factors), kept.schedule
+        best[name] = _best_entry(sessions[name], lowering_of[name].spec, calls[name],
+                                 kept.candidate, kept.latency)
     plan = plan_network(graph, factors)
     read_through: Any = "measure"
     if cfg.budget.others:
