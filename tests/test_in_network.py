@@ -81,9 +81,9 @@ def _contenders(graph, tiled: bool):
 
 
 def test_the_contender_fastest_in_the_network_is_kept(monkeypatch):
-    """Each contender's calls are timed with their conversions; the fastest in the network
-    wins even when it was slower alone, the others keep their layouts, and a resumed choice
-    with the same contenders is not timed again."""
+    """Each contender's calls are timed with their conversions (or read through); the
+    fastest in the network wins even when it comes second alone, and a resumed choice with
+    the same contenders is not timed again."""
     graph, _ = _conv_chain()
     task, cands = _contenders(graph, tiled=True)
     plain = plan_network(graph, {task: cands[1].factors})
