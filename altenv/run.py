@@ -356,7 +356,7 @@ def tune_model(cfg: RunConfig, progress: bool = True) -> RunResult:
                          others_database(cfg.run_dir), cfg.fast_math)
     (cfg.run_dir / "best.json").write_text(json.dumps(
         {"model": cfg.model, "tasks": {t: best[t] for t in lowering_of if t in best},
-         "read_through": list(network.reads_through)},
+         "read_through": {str(i): how for i, how in network.reads_through.items()}},
         indent=1))
     inputs = model.random_inputs(cfg.seed + 1)
     expected = model.reference(inputs)
@@ -457,9 +457,10 @@ def _schedule_of(spec: str, epilogue: list[str], target: Any, entry: dict[str, A
 
 
 def best_schedules(cfg: RunConfig, best: dict[str, Any]
-                   ) -> tuple[dict, dict, list[int] | str]:
+                   ) -> tuple[dict, dict, dict[str, int] | list[int] | str]:
     """The best template factors and schedules of each task of a finished network run and
-    the calls that read their input as stored (from its ``best.json``; ``"measure"``, to
+    the calls that read their input as stored, and how (from its ``best.json``; a list of
+    calls that read guarded from a run recorded before staged variants; ``"measure"``, to
     choose them again, for a run recorded before the build could read through)."""
     factors, schedules = {}, {}
     for name, entry in best["tasks"].items():

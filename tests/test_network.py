@@ -18,10 +18,12 @@ from tvm import relax, tirx, topi
 from altenv.export import MANIFEST_FILE, MODEL_FILE, PARAMS_FILE, export_run
 from altenv.graph import extract_tasks, load_model, max_rel_err, rel_err
 from altenv.graph.lowering import ComplexLowering
-from altenv.graph.network import build_network, plan_network, tensor_name
+from altenv.graph.network import build_network, canonical, op_name, plan_network, tensor_name
+from altenv.graph.read_through import GUARDED, staged_variants
 from altenv.graph.tasks import TaskGraph, graph_of
 from altenv.layout import Layout
 from altenv.ops import LayoutTemplate
+from altenv.target import make_target
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -229,7 +231,7 @@ def test_a_call_reads_its_input_as_stored_instead_of_converting():
     writes its padded input) and keeps its own; the numbers do not change."""
     graph, w = _hand_graph()
     network = build_network(graph, _hand_factors(graph), read_through=range(4))
-    assert network.reads_through == (0,)
+    assert network.reads_through == {0: GUARDED}
     assert [(c.tensor, c.consumer) for c in network.conversions] == [(tensor_name(3), "output")]
     x = np.random.default_rng(6).uniform(-1, 1, (1, 8, 12, 12)).astype("float32")
     t = torch.from_numpy
@@ -257,11 +259,13 @@ def _conv_chain() -> tuple[TaskGraph, dict[str, np.ndarray]]:
     return graph_of(bb.get()), ws
 
 
+@pytest.mark.slow
 def test_tuned_schedules_replay_on_calls_that_read_through():
     """Three convolutions in a row with tiled layouts and sampled schedules: each reads its
     producer's blocked output as stored (conv1 and conv3 with their pads as guarded reads),
-    its schedule replayed on that variant; ``"measure"`` keeps the calls where that was
-    timed faster. Every build matches torch."""
+    its schedule replayed on that variant; or converts it inside, the conversion staged at
+    one of three loops of its schedule; ``"measure"`` keeps, per call, the fastest of the
+    ways it can get its input. Every build matches torch."""
     from altenv.tuning import OpTask, freeze
 
     graph, ws = _conv_chain()
@@ -284,13 +288,32 @@ def test_tuned_schedules_replay_on_calls_that_read_through():
     converting = build_network(graph, factors, schedules, target)
     assert [c.consumer for c in converting.conversions][:3] == ["call0", "call1", "call2"]
     through = build_network(graph, factors, schedules, target, read_through=[0, 1, 2])
-    assert through.reads_through == (0, 1, 2)
+    assert through.reads_through == {0: GUARDED, 1: GUARDED, 2: GUARDED}
     assert [c.consumer for c in through.conversions] == ["output"]
     assert len(through.scheduled) == 3
+    # the conversions staged inside the calls: at the outermost, the next and the innermost
+    # loop that give distinct functions
+    staged_at = {}
+    for index, lowering in plan.lowerings.items():
+        task = graph.calls[index].task
+        storage = canonical(plan.propagation.layout_of(
+            plan.dataflow.op(op_name(index)).inputs[0], plan.dataflow.shapes))
+        want = canonical(plan.chosen[op_name(index)]["data"])
+        positions = sorted(staged_variants(lowering.func(plan.layouts[task], (storage, want)),
+                                           schedules[task].trace, make_target(target)))
+        assert len(positions) >= 3, (index, positions)
+        staged_at[index] = positions
+    picks = [{i: at[k] for i, at in staged_at.items()} for k in (0, 1, -1)]
+    staged = [build_network(graph, factors, schedules, target, read_through=pick)
+              for pick in picks]
+    for pick, network in zip(picks, staged):
+        assert network.reads_through == pick
+        assert [c.consumer for c in network.conversions] == ["output"]
     measured = build_network(graph, factors, schedules, target, read_through="measure")
     assert set(measured.reads_through) <= {0, 1, 2}
+    assert all(how == GUARDED or how in staged_at[i] for i, how in measured.reads_through.items())
     assert len(measured.conversions) == len(converting.conversions) - len(measured.reads_through)
-    for network in (converting, through, measured):
+    for network in (converting, through, measured, *staged):
         assert rel_err(network.run([x])[0], y.numpy()) < 1e-5
 
 

@@ -176,3 +176,26 @@ def test_relu6_epilogue():
     check_raw = run_numpy(program, raw)
     np.testing.assert_allclose(check_raw, program.reference(raw), rtol=1e-4, atol=1e-4)
     assert check_raw.max() == pytest.approx(6.0)
+
+
+def test_data_converted_in_a_first_stage():
+    """``data_stage``: the data argument arrives blocked (NCHW4c) and a first stage converts
+    it into the padded layout the operator reads; the numbers are the framework's."""
+    import tvm
+
+    spec = "dep:N=1,C=8,H=6,W=6,KH=3,KW=3"
+    unpadded = Layout((1, 8, 4, 4))
+    stored = unpadded.split(1, [-1, 4]).reorder([0, 1, 3, 4, 2])
+    padded = unpadded.pad(2, 1, 1).pad(3, 1, 1)
+    program = generate(spec, epilogue=("relu",), data_stage=(stored, padded))
+    assert tuple(int(d) for d in program.tensors[0].shape) == stored.shape == (1, 2, 4, 4, 4)
+    rng = np.random.default_rng(4)
+    x = rng.uniform(-1, 1, (1, 8, 4, 4)).astype("float32")
+    w = rng.uniform(-1, 1, (8, 1, 3, 3)).astype("float32")
+    raw = {"data": np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1))), "weight": w}
+    lib = tvm.compile(program.func, target="llvm")
+    args = [tvm.runtime.tensor(a) for a in (stored.apply(x), w, np.zeros((1, 8, 4, 4), "float32"))]
+    lib["main"](*args)
+    np.testing.assert_allclose(args[-1].numpy(), program.reference(raw), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="data_stage: converts into physical shape"):
+        generate(spec, data_stage=(stored, unpadded))

@@ -89,13 +89,17 @@ class ComplexLowering:
                 layout = layout.unpad(dim, before, after)
         return layout.then(stored)
 
-    def program(self, layouts: Mapping[str, Layout]) -> OpProgram:
-        """The generated program (what ``altenv.tuning.OpTask(spec, epilogue=...)`` tunes)."""
-        return generate(self.spec, layouts, self.epilogue)
+    def program(self, layouts: Mapping[str, Layout],
+                data_stage: tuple[Layout, Layout] | None = None) -> OpProgram:
+        """The generated program (what ``altenv.tuning.OpTask(spec, epilogue=...)`` tunes);
+        ``data_stage``: its data converted in a first stage
+        (:func:`altenv.ops.codegen.generate`)."""
+        return generate(self.spec, layouts, self.epilogue, data_stage=data_stage)
 
-    def func(self, layouts: Mapping[str, Layout]) -> tirx.PrimFunc:
+    def func(self, layouts: Mapping[str, Layout],
+             data_stage: tuple[Layout, Layout] | None = None) -> tirx.PrimFunc:
         """The layout-transformed PrimFunc ``(data, weight[, bias][, residual], out)``."""
-        return self.program(layouts).func.without_attr("global_symbol")
+        return self.program(layouts, data_stage).func.without_attr("global_symbol")
 
     def fold(self, weight: np.ndarray, consts: Mapping[int, np.ndarray], channel_axis: int,
              out_ndim: int) -> tuple[np.ndarray, np.ndarray | None]:

@@ -57,7 +57,7 @@ from altenv.graph.propagation import (
     Propagation,
     propagate,
 )
-from altenv.graph.read_through import reads_through_faster
+from altenv.graph.read_through import GUARDED, fastest_chain, staged_variants
 from altenv.graph.regen import Regenerable
 from altenv.graph.spatial import parallel_spatial, untuned_schedule
 from altenv.graph.tasks import TaskGraph
@@ -70,7 +70,11 @@ log = logging.getLogger(__name__)
 
 Scheduled = tirx.PrimFunc | s_tir.Schedule
 MEASURE = "measure"
-ReadThrough = Collection[int] | Literal["measure"] | None
+ReadThrough = Mapping[int, int] | Collection[int] | Literal["measure"] | None
+"""Which complex calls read their data operand as it is stored: call -> how
+(:data:`~altenv.graph.read_through.GUARDED`, or the loop a staged variant converts at; a
+collection of calls reads guarded), ``"measure"`` to time the ways and keep the fastest,
+``None`` to convert every such operand first."""
 
 
 def op_name(index: int) -> str:
@@ -272,7 +276,7 @@ class NetworkBuild:
     target: the target it was compiled for.
     scheduled: the PrimFuncs that carry a tuned schedule.
     reads_through: the complex calls that read their data operand as it is stored (no
-        conversion before them).
+        conversion call before them) -> how (:data:`ReadThrough`).
     kinds: what each PrimFunc ``main`` calls computes (a complex op kind, ``conversion``,
         or the kind of the task it was generated from), for per-kernel profiles.
     tuned_others: the other kernels (not complex calls) scheduled from the ``others``
@@ -287,7 +291,7 @@ class NetworkBuild:
     conversions: list[InsertedConversion]
     target: tvm.target.Target
     scheduled: frozenset[str] = frozenset()
-    reads_through: tuple[int, ...] = ()
+    reads_through: Mapping[int, int] = field(default_factory=dict)
     kinds: Mapping[str, str] = field(default_factory=dict)
     tuned_others: tuple[str, ...] = ()
     _device_weights: list[tvm.runtime.Tensor] | None = field(default=None, init=False,
@@ -347,10 +351,10 @@ def build_network(graph: TaskGraph, factors: Mapping[str, Mapping[str, int]] | N
     ``tanh``, ``exp``) with TVM's fast versions (:mod:`altenv.graph.regen`).
 
     ``read_through`` picks the complex calls that read their data operand in the layout it
-    is stored in instead of converting it first (see :mod:`altenv.graph.read_through`):
-    ``None`` none, a collection of call indices those (where a conversion would run and the
-    task's schedule replays), ``"measure"`` each such call where that is measured faster.
-    :attr:`NetworkBuild.reads_through` lists the calls that do."""
+    is stored in instead of converting it first, and how (:data:`ReadThrough`, see
+    :mod:`altenv.graph.read_through`), where a conversion would run and the task's schedule
+    replays on the variant; ``"measure"`` times the ways for each such call and keeps the
+    fastest. :attr:`NetworkBuild.reads_through` holds the calls that do, and how."""
     plan = plan_network(graph, factors)
     return build_plan(plan, schedules, target, read_through, others, fast_math)
 
@@ -368,26 +372,26 @@ def build_plan(plan: NetworkPlan, schedules: Mapping[str, Scheduled] | None = No
     built = compile_module(mod, tgt, rewriter.scheduled)
     return NetworkBuild(plan, mod, built, rewriter.param_names, rewriter.param_values,
                         rewriter.conversions, tgt, frozenset(rewriter.scheduled),
-                        tuple(rewriter.reads_through), rewriter.kinds,
+                        dict(rewriter.reads_through), rewriter.kinds,
                         tuple(rewriter.tuned_others))
 
 
 def other_kernels(plan: NetworkPlan, schedules: Mapping[str, Scheduled] | None = None,
                   target: str | dict | tvm.target.Target | None = None,
                   read_through: ReadThrough = None, fast_math: Collection[str] = ()
-                  ) -> tuple[dict[str, tuple[tirx.PrimFunc, int]], tuple[int, ...]]:
+                  ) -> tuple[dict[str, tuple[tirx.PrimFunc, int]], dict[int, int]]:
     """The kernels of the network :func:`build_plan` would compile that the layout search
     does not tune and MetaSchedule does (the tasks kept as the frontend fused them; on a
     CPU the build schedules the functions it generates itself): name -> (unscheduled
-    PrimFunc, calls in ``main``); and the calls that
-    read through (``"measure"`` decides them here, so a later build can be given them).
+    PrimFunc, calls in ``main``); and the calls that read through, and how (``"measure"``
+    decides them here, so a later build can be given them).
     Nothing is compiled but what ``"measure"`` times."""
     rewriter = _Rewriter(plan, dict(schedules or {}), make_target(target), read_through,
                          fast_math=fast_math)
     calls = kernel_calls(rewriter.run())
     kernels = {name: (func, calls[name]) for name, func in rewriter.other_kernels.items()
                if calls[name]}
-    return kernels, tuple(rewriter.reads_through)
+    return kernels, dict(rewriter.reads_through)
 
 
 def call_options(plan: NetworkPlan, schedules: Mapping[str, Scheduled], index: int,
@@ -419,11 +423,14 @@ class _Rewriter:
         self.other_kernels: dict[str, tirx.PrimFunc] = {}
         self.tuned_others: list[str] = []
         self.cores = target_cores(target) if target.kind.name == "llvm" else None
-        if read_through is not None and read_through != MEASURE:
-            read_through = frozenset(int(i) for i in read_through)
+        if isinstance(read_through, Mapping):
+            read_through = {int(i): int(how) for i, how in read_through.items()}
+        elif read_through is not None and read_through != MEASURE:
+            read_through = dict.fromkeys((int(i) for i in read_through), GUARDED)
         self.read_through = read_through
-        self.reads_through: list[int] = []
+        self.reads_through: dict[int, int] = {}
         self.variants: dict[tuple[Any, ...], tirx.PrimFunc | None] = {}
+        self.measured: dict[tuple[Any, ...], int | None] = {}
         unknown = set(schedules) - set(plan.layouts)
         if unknown:
             log.warning("schedules for tasks %s ignored: not generated with layouts",
@@ -585,9 +592,12 @@ class _Rewriter:
         if lowering.residual_arg is not None:
             res = self.var_tensor[call_args[lowering.residual_arg]]
             layouts["residual"] = plan.propagation.read_layout(name, res, plan.dataflow.shapes)
-        data = self._read_through(index, layouts)
-        if data is None:
+        through = self._read_through(index, layouts)
+        variant = None
+        if through is None:
             data = self._read(index, call_args[lowering.data_arg], chosen["data"])
+        else:
+            data, variant = through
         args = [data]
         weight_expr = call_args[lowering.weight_arg]
         bias = None
@@ -604,7 +614,7 @@ class _Rewriter:
         if lowering.residual_arg is not None:
             args.append(self._read(index, call_args[lowering.residual_arg],
                                    layouts["residual"]))
-        return self._complex_func(call.task, lowering, layouts), args, layouts["out"]
+        return self._complex_func(call.task, lowering, layouts, variant), args, layouts["out"]
 
     def _complex_key(self, task: str, lowering: ComplexLowering,
                      layouts: Mapping[str, Layout]) -> tuple[Any, ...]:
@@ -612,21 +622,26 @@ class _Rewriter:
                 layouts.get("residual", layouts["out"]), layouts["data"])
 
     def _complex_func(self, task: str, lowering: ComplexLowering,
-                      layouts: Mapping[str, Layout]) -> tvm.ir.GlobalVar:
-        """The (scheduled) function of a complex task under ``layouts``, added once."""
-        key = self._complex_key(task, lowering, layouts)
+                      layouts: Mapping[str, Layout],
+                      variant: tuple[tuple[Any, ...], tirx.PrimFunc] | None = None
+                      ) -> tvm.ir.GlobalVar:
+        """The (scheduled) function of a complex task under ``layouts``, or ``variant``
+        (its key and scheduled function: the call reading its data as stored), added once."""
+        key = self._complex_key(task, lowering, layouts) if variant is None else variant[0]
         if key not in self.funcs:
-            func = self.variants.get(key) or self._schedule(task, lowering.func(layouts))
+            func = (self._schedule(task, lowering.func(layouts)) if variant is None
+                    else variant[1])
             self.funcs[key] = self.bb.add_func(_noalias(func), f"alt_{task}")
             self.kinds[self.funcs[key].name_hint] = self.plan.graph.tasks[task].kind
             if task in self.schedules:
                 self.scheduled.add(self.funcs[key].name_hint)
         return self.funcs[key]
 
-    def _read_through(self, index: int, layouts: dict[str, Layout]) -> Any | None:
-        """Call ``index``'s data operand as it is stored, when the call reads it through
-        (``read_through``) instead of converting it; ``layouts["data"]`` is then the
-        variant's data layout. ``None``: convert as planned."""
+    def _read_through(self, index: int, layouts: Mapping[str, Layout]
+                      ) -> tuple[Any, tuple[tuple[Any, ...], tirx.PrimFunc]] | None:
+        """Call ``index``'s data operand as it is stored and the variant of its function
+        that reads it so (its key and scheduled function), when the call reads it as stored
+        (``read_through``) instead of converting it first. ``None``: convert as planned."""
         if self.read_through is None or (self.read_through != MEASURE
                                          and index not in self.read_through):
             return None
@@ -640,36 +655,71 @@ class _Rewriter:
         storage = self._storage(tensor)
         if want in self.versions[tensor] or storage.same_storage(want):
             return None  # no conversion to save
-        variant = {**layouts, "data": lowering.read_through_layout(storage)}
-        key = self._complex_key(call.task, lowering, variant)
+        how = (self._measured_read(index, layouts, storage, want) if self.read_through == MEASURE
+               else self.read_through[index])
+        if how is None:
+            return None
+        key = (self._complex_key(call.task, lowering, layouts), storage, how)
         if key not in self.variants:
-            self.variants[key] = self._variant(index, lowering, layouts, variant, storage, want)
+            self.variants[key] = self._read_variant(call.task, lowering, layouts, storage,
+                                                    want, how)
         if self.variants[key] is None:
             return None
-        layouts["data"] = variant["data"]
-        self.reads_through.append(index)
-        return self.versions[tensor][storage]
+        self.reads_through[index] = how
+        return self.versions[tensor][storage], (key, self.variants[key])
 
-    def _variant(self, index: int, lowering: ComplexLowering, layouts: Mapping[str, Layout],
-                 variant: Mapping[str, Layout], storage: Layout, want: Layout
-                 ) -> tirx.PrimFunc | None:
-        """The scheduled function of call ``index`` reading its data as stored, or ``None``
-        when the schedule does not replay on it or (``"measure"``) converting is faster."""
-        task = self.plan.graph.calls[index].task
-        func = self._replay(task, lowering.func(variant))
-        if func is None:
+    def _read_variant(self, task: str, lowering: ComplexLowering,
+                      layouts: Mapping[str, Layout], storage: Layout, want: Layout, how: int
+                      ) -> tirx.PrimFunc | None:
+        """The scheduled function of ``task`` reading its data stored in ``storage`` (the
+        template reads ``want``): guarded reads, or the conversion staged at loop ``how``;
+        ``None`` when the schedule does not replay on it."""
+        if how == GUARDED:
+            return self._replay(task, lowering.func(
+                {**layouts, "data": lowering.read_through_layout(storage)}))
+        given = self.schedules.get(task)
+        if not isinstance(given, s_tir.Schedule):
             return None
-        if self.read_through == MEASURE:
-            conversion, _ = self._other(_conversion(storage, want,
-                                                    self.plan.graph.calls[index].dtype))
-            original = self._schedule(task, lowering.func(layouts))
-            faster, through, convert = reads_through_faster(
-                _noalias(func), conversion, _noalias(original), self.target)
-            log.info("call %d (%s): reading its input as stored %.1f us, converting first "
-                     "%.1f us", index, task, through * 1e6, convert * 1e6)
-            if not faster:
-                return None
-        return func
+        return staged_variants(lowering.func(layouts, (storage, want)), given.trace,
+                               self.target, at=how).get(how)
+
+    def _read_options(self, index: int, layouts: Mapping[str, Layout], storage: Layout,
+                      want: Layout) -> dict[str, tuple[int | None, list[tirx.PrimFunc]]]:
+        """Every way call ``index`` may get its data stored in ``storage`` (the template
+        reads ``want``): name -> (how, or ``None`` to convert first; the kernels run)."""
+        call = self.plan.graph.calls[index]
+        task, lowering = call.task, self.plan.lowerings[index]
+        conversion, _ = self._other(_conversion(storage, want, call.dtype))
+        kernel = _noalias(self._schedule(task, lowering.func(layouts)))
+        options: dict[str, tuple[int | None, list[tirx.PrimFunc]]] = {
+            "convert": (None, [conversion, kernel])}
+        guarded = self._read_variant(task, lowering, layouts, storage, want, GUARDED)
+        if guarded is not None:
+            options["guarded"] = (GUARDED, [_noalias(guarded)])
+        given = self.schedules.get(task)
+        if isinstance(given, s_tir.Schedule):
+            staged = staged_variants(lowering.func(layouts, (storage, want)), given.trace,
+                                     self.target)
+            for at, func in staged.items():
+                options[f"staged at loop {at}"] = (at, [_noalias(func)])
+        return options
+
+    def _measured_read(self, index: int, layouts: Mapping[str, Layout], storage: Layout,
+                       want: Layout) -> int | None:
+        """How call ``index`` gets its data stored in ``storage`` (``None``: converted
+        first): the fastest way alone (:func:`fastest_chain`), decided once per function
+        and storage."""
+        task = self.plan.graph.calls[index].task
+        lowering = self.plan.lowerings[index]
+        key = (self._complex_key(task, lowering, layouts), storage)
+        if key not in self.measured:
+            options = self._read_options(index, layouts, storage, want)
+            best, medians = fastest_chain({name: chain for name, (_, chain) in options.items()},
+                                          self.target)
+            log.info("call %d (%s): %s", index, task, ", ".join(
+                f"{name} {seconds * 1e6:.1f} us" for name, seconds in medians.items()))
+            self.measured[key] = options[best][0]
+        return self.measured[key]
 
     def call_options(self, index: int) -> list[list[tirx.PrimFunc]]:
         """See :func:`call_options`."""
@@ -692,15 +742,10 @@ class _Rewriter:
                 before.append(self._other(_conversion(stored, read, call.dtype))[0])
         storage = self._storage(op.inputs[0])
         want = canonical(plan.chosen[name]["data"])
-        kernel = _noalias(self._schedule(call.task, lowering.func(layouts)))
         if storage.same_storage(want):
-            return [before + [kernel]]
-        options = [before + [self._other(_conversion(storage, want, call.dtype))[0], kernel]]
-        variant = self._replay(call.task, lowering.func(
-            {**layouts, "data": lowering.read_through_layout(storage)}))
-        if variant is not None:
-            options.append(before + [_noalias(variant)])
-        return options
+            return [before + [_noalias(self._schedule(call.task, lowering.func(layouts)))]]
+        return [before + chain for _, chain in
+                self._read_options(index, layouts, storage, want).values()]
 
     def _schedule(self, task: str, func: tirx.PrimFunc) -> tirx.PrimFunc:
         """``func`` with the task's schedule (:meth:`_replay`); the default schedule, with a

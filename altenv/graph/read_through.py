@@ -1,34 +1,101 @@
-"""Measured choice between converting a convolution's input and reading it as it is stored.
+"""Measured choice of how a convolution gets an input stored in another layout than the
+one its template reads.
 
-A complex call whose input is stored in another layout than the one its template reads
-(the producer is itself a convolution, or a layout the propagation could not push into its
-producer) either gets a conversion call first (pad and re-tile into the template's layout)
-or reads the stored layout directly through guarded index maps
-(:meth:`altenv.graph.lowering.ComplexLowering.read_through_layout`), with the task's tuned
-schedule replayed on that variant. The second saves a pass over the tensor but may make
-the convolution's own reads slower; :func:`reads_through_faster` times both alone, on the
-build's target, interleaved.
+A complex call whose input is stored in another layout (the producer is itself a
+convolution, or a layout the propagation could not push into its producer) gets it in one
+of three ways, timed alone on the build's target, interleaved (:func:`fastest_chain`):
+
+- a conversion call first (pad and re-tile into the template's layout), then the call;
+- the call reading the stored layout directly through guarded index maps
+  (:meth:`altenv.graph.lowering.ComplexLowering.read_through_layout`), the task's tuned
+  schedule replayed on that variant. It saves a pass over the tensor but may make the
+  convolution's own reads slower (a guard on every load of its innermost loop);
+- the conversion fused into the call as its first stage (:data:`STAGE`), computed at one
+  loop of the tuned schedule (:func:`staged_variants`): each thread converts the part of the
+  input its tile reads, while that part sits in its cache, as MetaSchedule computes a
+  convolution's padding at its tile. Which loop is fastest depends on the schedule (the
+  outermost converts once but out of cache; an inner one converts a window per tile, the
+  halo again and again), so every loop that gives a different function is a candidate.
 """
 
 from __future__ import annotations
 
-import tvm
-from tvm import tirx
+import math
+from collections.abc import Mapping, Sequence
 
-from altenv.graph.kernels import KernelChain
+import tvm
+import tvm_ffi
+from tvm import s_tir, tirx
+from tvm.s_tir import meta_schedule as ms
+
+from altenv.graph.kernels import KernelChain, kernel_module
+from altenv.space.intrin import tune_context_intrins
 from altenv.target import target_cores, use_tvm_threads
 
+GUARDED = -1
+"""How a call reads its input as stored through guarded index maps, in the build's record
+(``best.json``'s ``read_through``: call -> this, or the loop a staged variant converts at)."""
+STAGE = "data_stage"
+"""The name of the conversion stage a staged variant's program computes first
+(:func:`altenv.ops.codegen.generate`'s ``data_stage``)."""
 
-def reads_through_faster(variant: tirx.PrimFunc, conversion: tirx.PrimFunc,
-                         original: tirx.PrimFunc, target: tvm.target.Target,
-                         rounds: int = 5) -> tuple[bool, float, float]:
-    """Whether ``variant`` (the call reading its input as stored) is faster than
-    ``conversion`` followed by ``original``; also the two median times in seconds."""
+
+def staged_variants(func: tirx.PrimFunc, trace: s_tir.Trace, target: tvm.target.Target,
+                    at: int | None = None) -> dict[int, tirx.PrimFunc]:
+    """``func``, a call's program whose data conversion is its first stage (:data:`STAGE`),
+    with the task's schedule ``trace`` replayed and the stage computed at a loop of the block
+    that reads it, then MetaSchedule's postprocessors for ``target`` applied: position in
+    that block's loop nest (as the trace leaves it) -> scheduled function (``at``: that
+    position only). Of consecutive positions that convert as many elements in all (a loop
+    nested in the last one without repeating its halo), only the innermost is a candidate:
+    the smallest piece at a time, nearest its use; and of equal functions the first. Empty
+    when the trace does not replay."""
+    base = s_tir.Schedule(func)
+    try:
+        trace.apply_to_schedule(base, remove_postproc=True)
+        (reader,) = base.get_consumers(base.get_sblock(STAGE))
+    except (RuntimeError, ValueError):
+        return {}
+    placed: list[tuple[int, int, s_tir.Schedule]] = []  # position, elements converted
+    for position in range(len(base.get_loops(reader))) if at is None else [at]:
+        sch = base.copy()
+        stage = sch.get_sblock(STAGE)
+        try:
+            loops = sch.get_loops(sch.get_consumers(stage)[0])
+            sch.compute_at(stage, loops[position], preserve_unit_loops=False)
+        except (RuntimeError, IndexError):
+            continue
+        work = math.prod(int(sch.get(loop).extent) for loop in sch.get_loops(stage))
+        placed.append((position, work, sch))
+    with tune_context_intrins(target):
+        postprocs = ms.TuneContext(kernel_module(func), target=target,
+                                   space_generator="post-order-apply",
+                                   task_name="staged").space_generator.postprocs
+    variants: dict[int, tirx.PrimFunc] = {}
+    seen: set[int] = set()
+    for k, (position, work, sch) in enumerate(placed):
+        if k + 1 < len(placed) and placed[k + 1][:2] == (position + 1, work):
+            continue
+        sch.enter_postproc()
+        if not all(p.apply(sch) for p in postprocs):
+            continue
+        variant = sch.mod["main"]
+        key = tvm_ffi.structural_hash(variant)
+        if key not in seen:
+            seen.add(key)
+            variants[position] = variant
+    return variants
+
+
+def fastest_chain(chains: Mapping[str, Sequence[tirx.PrimFunc]],
+                  target: tvm.target.Target, rounds: int = 5) -> tuple[str, dict[str, float]]:
+    """The key of the fastest of ``chains`` (kernels run one after another, each compiled
+    alone), timed interleaved on ``target``; also every chain's median seconds."""
     from altenv.baselines.timing import time_interleaved  # baselines import the network
 
     use_tvm_threads(target_cores(target))
-    stats = time_interleaved({"through": KernelChain([variant], target, 0),
-                              "convert": KernelChain([conversion, original], target, 0)},
+    stats = time_interleaved({key: KernelChain(list(chain), target, 0)
+                              for key, chain in chains.items()},
                              rounds=rounds, min_block_seconds=0.005, cooldown_seconds=0.002)
-    through, convert = stats["through"].median, stats["convert"].median
-    return through < convert, through, convert
+    medians = {key: stats[key].median for key in chains}
+    return min(medians, key=medians.__getitem__), medians

@@ -20,6 +20,7 @@ from tvm import te, tirx
 from tvm.sym.analyzer import Analyzer
 
 from ..layout import Layout
+from ..layout.convert import conversion_stage
 from ..layout.primitives import StoreAt
 from .operators import Operator, operator_for
 from .workload import Workload, parse_workload
@@ -106,7 +107,8 @@ class OpProgram:
 
 
 def generate(workload: str | Workload, layouts: Mapping[str, Layout] | None = None,
-             epilogue: Sequence[str] = (), reduce: Layout | None = None) -> OpProgram:
+             epilogue: Sequence[str] = (), reduce: Layout | None = None,
+             data_stage: tuple[Layout, Layout] | None = None) -> OpProgram:
     """Generate ``workload`` with the given layouts (identity where none is given).
 
     ``layouts`` maps tensor names (``data``, ``weight``, ``out``, and for epilogues
@@ -121,6 +123,11 @@ def generate(workload: str | Workload, layouts: Mapping[str, Layout] | None = No
     the plain physical indices a tensor intrinsic matches. Reduction points in the
     layout's padding are not guarded: they must read a zero from an operand that is
     padded the same way (a mapping pads the weight with zeros).
+
+    ``data_stage`` is ``(stored, converted)``, two layouts of the tensor the data operand is
+    made from (e.g. unpadded): the data argument is then that tensor stored in ``stored``,
+    and a first stage (``data_stage``) converts it into ``converted``, whose physical shape
+    is the data layout's, for the operator to read: a conversion fused into the operator.
     """
     wl = parse_workload(workload)
     op = operator_for(wl)
@@ -153,6 +160,14 @@ def generate(workload: str | Workload, layouts: Mapping[str, Layout] | None = No
 
     holders = {name: te.placeholder(layouts[name].shape, op.input_dtype(name), name=name)
                for name in op.input_shapes()}
+    sources = dict(holders)
+    if data_stage is not None:
+        stored, converted = data_stage
+        if converted.shape != layouts["data"].shape:
+            raise ValueError(f"data_stage: converts into physical shape {converted.shape}, but "
+                             f"the data layout's is {layouts['data'].shape}")
+        sources["data"] = te.placeholder(stored.shape, op.input_dtype("data"), name="data")
+        holders["data"] = conversion_stage(sources["data"], stored, converted, "data_stage")
     analyzer = Analyzer() if reduce is not None else None
 
     def read(name: str, idx: list[Any]) -> Any:
@@ -181,7 +196,7 @@ def generate(workload: str | Workload, layouts: Mapping[str, Layout] | None = No
         return te.sum(_guard(valid, body, op.out_dtype), axis=red)
 
     out = te.compute(out_layout.shape, main, name=wl.kind)
-    tensors, names = [holders["data"], holders["weight"]], ["data", "weight"]
+    tensors, names = [sources["data"], holders["weight"]], ["data", "weight"]
     for step in epilogue:
         out, extra = _epilogue(step, out, out_layout, layouts, op, holders["weight"])
         if extra is not None:
