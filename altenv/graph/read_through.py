@@ -56,7 +56,8 @@ def staged_variants(func: tirx.PrimFunc, trace: s_tir.Trace, target: tvm.target.
         (reader,) = base.get_consumers(base.get_sblock(STAGE))
     except (RuntimeError, ValueError):
         return {}
-    placed: list[tuple[int, int, s_tir.Schedule]] = []  # position, elements converted
+    # position, elements converted (None: a loop's extent varies, a tile at an edge)
+    placed: list[tuple[int, int | None, s_tir.Schedule]] = []
     for position in range(len(base.get_loops(reader))) if at is None else [at]:
         sch = base.copy()
         stage = sch.get_sblock(STAGE)
@@ -65,7 +66,9 @@ def staged_variants(func: tirx.PrimFunc, trace: s_tir.Trace, target: tvm.target.
             sch.compute_at(stage, loops[position], preserve_unit_loops=False)
         except (RuntimeError, IndexError):
             continue
-        work = math.prod(int(sch.get(loop).extent) for loop in sch.get_loops(stage))
+        extents = [sch.get(loop).extent for loop in sch.get_loops(stage)]
+        work = (math.prod(int(e) for e in extents)
+                if all(isinstance(e, tirx.IntImm) for e in extents) else None)
         placed.append((position, work, sch))
     with tune_context_intrins(target):
         postprocs = ms.TuneContext(kernel_module(func), target=target,
@@ -74,7 +77,8 @@ def staged_variants(func: tirx.PrimFunc, trace: s_tir.Trace, target: tvm.target.
     variants: dict[int, tirx.PrimFunc] = {}
     seen: set[int] = set()
     for k, (position, work, sch) in enumerate(placed):
-        if k + 1 < len(placed) and placed[k + 1][:2] == (position + 1, work):
+        if work is not None and k + 1 < len(placed) and placed[k + 1][:2] == (position + 1,
+                                                                               work):
             continue
         sch.enter_postproc()
         if not all(p.apply(sch) for p in postprocs):
