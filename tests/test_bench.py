@@ -186,7 +186,9 @@ def test_net_bench_tiny_model(tmp_path, tiny_model):
     assert set(rows) == {"altenv", "metaschedule"}
     assert float(rows["altenv"]["speedup_vs_metaschedule"]) > 0
     share = float(rows["altenv"]["conversion_share"])
-    assert share < 1 and int(rows["altenv"]["conversions"]) >= 1
+    # tiled layouts: each call converts its input first or reads it as stored
+    assert share < 1
+    assert int(rows["altenv"]["conversions"]) + int(rows["altenv"]["reads_through"]) >= 1
     assert (out / "speedup.png").exists() and not (out / "convergence.png").exists()
     # 6 trials: 1 for the other kernels (10 %), 5 for the layout and loop search
     run = json.loads((out / "tiny" / "altenv-seed0" / "summary.json").read_text())
@@ -196,8 +198,8 @@ def test_net_bench_tiny_model(tmp_path, tiny_model):
         kernels = list(csv.DictReader(f))
     assert {k["program"] for k in kernels} == {"altenv#0", "metaschedule#0"}
     kinds = {(k["program"], k["kind"]) for k in kernels}
-    assert {("altenv#0", "c2d"), ("altenv#0", "conversion"), ("metaschedule#0", "c2d"),
-            ("metaschedule#0", "grp")} <= kinds
+    assert {("altenv#0", "c2d"), ("metaschedule#0", "c2d"), ("metaschedule#0", "grp")} <= kinds
+    assert (("altenv#0", "conversion") in kinds) == (int(rows["altenv"]["conversions"]) > 0)
     assert all(float(k["total_us"]) > 0 and int(k["calls"]) >= 1 for k in kernels)
     assert all(float(k["in_network_us_per_call"]) >= 0 for k in kernels)  # not NaN either
     assert (out / "tiny" / "profile.png").exists()
