@@ -15,7 +15,8 @@ of three ways, timed alone on the build's target, interleaved (:func:`fastest_ch
   input its tile reads, while that part sits in its cache, as MetaSchedule computes a
   convolution's padding at its tile. Which loop is fastest depends on the schedule (the
   outermost converts once but out of cache; an inner one converts a window per tile, the
-  halo again and again), so every loop that gives a different function is a candidate.
+  halo again and again), so the loops are timed, all but those that would convert as much
+  as the loop inside them.
 """
 
 from __future__ import annotations
