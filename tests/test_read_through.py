@@ -60,3 +60,25 @@ def test_fastest_chain_times_every_chain():
     best, medians = fastest_chain({"small": [small], "both": [small, large]}, target, rounds=2)
     assert set(medians) == {"small", "both"} and all(m > 0 for m in medians.values())
     assert best == min(medians, key=medians.__getitem__)
+
+
+def test_a_variant_that_compiles_too_long_is_dropped(monkeypatch):
+    """Variants are compiled in worker processes first; one that outlasts the build timeout
+    (here every one: 1 ms) is dropped, and the choice goes on without it."""
+    from altenv.graph import read_through
+
+    task = OpTask(SPEC, "llvm")
+    factors = freeze({"ht": 2, "it": 6, "it_w": 6, "ot": 4, "ot_w": 4, "wt": 3})
+    program = task.program(factors)
+    stored = Layout((1, 12, 6, 6)).split(1, [-1, 4]).reorder([0, 1, 3, 4, 2])
+    func = generate(SPEC, program.layouts, data_stage=(stored, program.layouts["data"])).func
+    space = task.space(factors)
+    trace = space.decode(space.sample(1, seed=0)[0]).trace
+    target = make_target("llvm")
+    assert staged_variants(func.without_attr("global_symbol"), trace, target)
+    monkeypatch.setattr(read_through, "_builder", None)
+    monkeypatch.setattr(read_through, "BUILD_TIMEOUT", 0.001)
+    try:
+        assert staged_variants(func.without_attr("global_symbol"), trace, target) == {}
+    finally:
+        read_through._builder.shutdown()

@@ -21,8 +21,12 @@ of three ways, timed alone on the build's target, interleaved (:func:`fastest_ch
 
 from __future__ import annotations
 
+import atexit
+import logging
 import math
+import shutil
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import tvm
 import tvm_ffi
@@ -30,8 +34,12 @@ from tvm import s_tir, tirx
 from tvm.s_tir import meta_schedule as ms
 
 from altenv.graph.kernels import KernelChain, kernel_module
+from altenv.measure.builder import PersistentBuilder
+from altenv.measure.config import DEFAULT_PRELOAD
 from altenv.space.intrin import tune_context_intrins
 from altenv.target import target_cores, use_tvm_threads
+
+log = logging.getLogger(__name__)
 
 GUARDED = -1
 """How a call reads its input as stored through guarded index maps, in the build's record
@@ -39,6 +47,12 @@ GUARDED = -1
 STAGE = "data_stage"
 """The name of the conversion stage a staged variant's program computes first
 (:func:`altenv.ops.codegen.generate`'s ``data_stage``)."""
+BUILD_TIMEOUT = 30.0
+"""Seconds a staged variant may take to compile, in a worker process, before it is dropped:
+at some loops the stage is unrolled into code that LLVM took more than 15 minutes on (a
+MobileNet-V2 run); the others compile in about a second."""
+
+_builder: PersistentBuilder | None = None
 
 
 def staged_variants(func: tirx.PrimFunc, trace: s_tir.Trace, target: tvm.target.Target,
@@ -89,7 +103,34 @@ def staged_variants(func: tirx.PrimFunc, trace: s_tir.Trace, target: tvm.target.
         if key not in seen:
             seen.add(key)
             variants[position] = variant
+    if at is None:
+        built = builds_in_time(list(variants.values()), target)
+        for position, ok in zip(list(variants), built):
+            if not ok:
+                log.warning("staged variant at loop %d dropped: it did not compile within "
+                            "%.0f s", position, BUILD_TIMEOUT)
+                del variants[position]
     return variants
+
+
+def builds_in_time(funcs: Sequence[tirx.PrimFunc], target: tvm.target.Target) -> list[bool]:
+    """Whether each of ``funcs`` compiles for ``target`` within :data:`BUILD_TIMEOUT`, built
+    in this process's persistent worker pool (a build that hangs or crashes only costs
+    its worker)."""
+    from tvm.s_tir.meta_schedule.builder import BuilderInput
+
+    global _builder
+    if not funcs:
+        return []
+    if _builder is None:
+        _builder = PersistentBuilder(max_workers=target_cores(target) or 1,
+                                     timeout_sec=BUILD_TIMEOUT, preload=DEFAULT_PRELOAD)
+        atexit.register(_builder.shutdown)
+    results = _builder.build([BuilderInput(kernel_module(f), target) for f in funcs])
+    for result in results:
+        if result.artifact_path is not None:
+            shutil.rmtree(Path(result.artifact_path).parent, ignore_errors=True)
+    return [result.error_msg is None for result in results]
 
 
 def fastest_chain(chains: Mapping[str, Sequence[tirx.PrimFunc]],
