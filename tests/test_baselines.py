@@ -76,6 +76,7 @@ def test_interleaved_timer_gives_sane_medians() -> None:
 @pytest.mark.parametrize("spec,epilogue", [
     ("gmm:M=24,N=40,K=32", ()),
     ("c2d:N=1,I=8,O=16,H=10,W=10,KH=3,KW=3,stride=2,pad=1", ("bias", "relu")),
+    ("c2d:N=1,I=16,O=8,H=6,W=6,KH=3,KW=3,pad=1", ("bias", "relu6")),
     ("grp:N=1,I=8,O=8,groups=4,H=8,W=8,KH=3,KW=3,pad=1", ()),
     ("t2d:N=1,I=4,O=6,H=5,W=5,KH=4,KW=4,stride=2,pad=1", ("residual",)),
     ("c2d:N=1,I=64,O=128,H=2,W=2,KH=1,KW=1,stride=2", ()),  # 1x1 output: GEMV-shaped

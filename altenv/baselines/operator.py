@@ -177,6 +177,8 @@ def torch_function(program: OpProgram) -> Callable[..., torch.Tensor]:
                 out = out + next(rest).view(shape)
             elif step == "residual":
                 out = out + next(rest)
+            elif step == "relu6":
+                out = torch.clamp(out, 0.0, 6.0)
             else:
                 out = torch.relu(out)
         return out
