@@ -227,15 +227,16 @@ class EvolutionAgent(Agent):
 
     def _race(self, session: TuningSession) -> tuple[Factors, int] | None:
         """The raced layout of the next loop-only batch and the trials it still needs in
-        this round; once one layout is left, the winner and 0 (``None``: no race). The
-        race state follows from the records alone (entrants: the best layouts of the first
+        this round; once one layout is left, the winner and 0 (``None``: no race, and
+        none for a budget's ``extra`` trials, which go to the best layout). The race state
+        follows from the records alone (entrants: the best layouts of the first
         ``budget.joint`` trials; rounds: trials since), so a resumed run goes on where it
         stopped."""
         n = self._race_entrants()
-        if n == 0:
-            return None
         items = session.measured_items()
         joint = self._budget.joint
+        if n == 0 or len(items) >= joint + self._budget.loop_only:  # extra trials: no race
+            return None
         best: dict[Factors, float] = {}
         for cand, latency in items[:joint]:
             best[cand.factors] = min(best.get(cand.factors, math.inf), latency)

@@ -116,7 +116,10 @@ class SearchConfig(Strict):
     those of the ones tuned after it (:mod:`altenv.tuning.transfer`; 0: off). Once all its
     tasks are tuned, a model run re-times each task's ``in_network`` fastest layouts (those
     within ``in_network_slack`` times its fastest) with the conversions the network runs
-    before them, and keeps the fastest there (:mod:`altenv.graph.in_network`; 1: off)."""
+    before them, and keeps the fastest there (:mod:`altenv.graph.in_network`; 1: off).
+    A model run holds back ``task_scheduler`` of its searched trials and, once every task
+    had its share, hands them out a batch (``top_k``) at a time to the task whose latency
+    promises to fall most (:mod:`altenv.tuning.scheduler`; 0: off)."""
 
     batch: int = Field(128, ge=1)
     top_k: int = Field(8, ge=1)
@@ -128,6 +131,7 @@ class SearchConfig(Strict):
     warm_start: int = Field(4, ge=0)
     in_network: int = Field(3, ge=1)
     in_network_slack: float = Field(1.5, ge=1.0)
+    task_scheduler: float = Field(0.15, ge=0.0, lt=1.0)
 
     def loop_options(self, model: bool = False) -> dict[str, Any]:
         """The keyword arguments of :func:`altenv.tuning.tune` these settings give, for a

@@ -208,6 +208,59 @@ def _task_budgets(weights: dict[str, float], total: int, minimum: int) -> dict[s
     return shares
 
 
+def _similarity_group(spec: str) -> str:
+    """Tasks whose throughputs the task scheduler compares: the operator kind with its
+    kernel window, stride, dilation and groups (shapes aside)."""
+    from .ops import parse_workload
+
+    workload = parse_workload(spec)
+    kept = [f"{k}={v}" for k, v in workload.params.items()
+            if k.startswith("K") or k in ("stride", "dilation", "groups")]
+    return f"{workload.kind}:{','.join(kept)}"
+
+
+def _hand_out_reserved(cfg: RunConfig, agent: Any, sessions: dict[str, TuningSession],
+                       shares: dict[str, Budget], budgets: dict[str, int], reserved: int,
+                       groups: dict[str, str], weights: dict[str, float],
+                       calls: dict[str, int], progress: bool, log: Any) -> set[str]:
+    """The task scheduler's trials (:mod:`altenv.tuning.scheduler`): ``reserved`` of them,
+    a batch at a time, each to the task it picks (loop search on the task's best layout,
+    :class:`~altenv.tuning.loop.Budget` ``extra``). Trials a task measured past its share
+    count as handed out, so a resumed run goes on with what is left. Returns the tasks
+    that got some in this call."""
+    from tqdm.auto import tqdm
+
+    from .tuning import tune
+    from .tuning.scheduler import TaskProgress, next_task, reserved_spent
+
+    spent = reserved_spent({t: s.trials for t, s in sessions.items()}, budgets)
+    open_tasks = dict(sessions)
+    rescued: set[str] = set()
+    batch = cfg.search.loop_options(model=True) | {"finalists": 0}
+    bar = tqdm(total=reserved, initial=min(spent, reserved), desc="task scheduler",
+               unit="trial", disable=not progress or spent >= reserved)
+    while spent < reserved and open_tasks:
+        name = next_task({t: TaskProgress(calls[t], weights[t] / calls[t], groups[t],
+                                          s.history) for t, s in open_tasks.items()},
+                         cfg.search.top_k)
+        session, share = open_tasks[name], shares[name]
+        before = session.trials
+        extra = before + min(cfg.search.top_k, reserved - spent) - share.joint - share.loop_only
+        tune(session, agent, Budget(share.joint, share.loop_only + min(extra, 0),
+                                    max(extra, 0)),
+             **batch, progress=False, callbacks=[log])
+        if session.trials == before:
+            del open_tasks[name]  # nothing new to measure there
+            continue
+        rescued.add(name)
+        spent += session.trials - before
+        bar.update(session.trials - before)
+        bar.set_postfix(task=name, best_ms=f"{session.best[1] * 1e3:.4g}")
+    bar.close()
+    _save_agent(agent, cfg)
+    return rescued
+
+
 def _best_entry(session: TuningSession, spec: str, calls: int, cand: Any, latency: float
                 ) -> dict[str, Any]:
     """A network task's entry in ``best.json``: its workload, layouts and loop decisions."""
@@ -278,7 +331,8 @@ def tune_model(cfg: RunConfig, progress: bool = True) -> RunResult:
     lowering_of = {graph.calls[i].task: low for i, low in sorted(plan.lowerings.items())}
     calls = {t: sum(1 for c in graph.calls if c.task == t) for t in lowering_of}
     weights = {t: _task_weight(low.spec, calls[t]) for t, low in lowering_of.items()}
-    budgets = _task_budgets(weights, cfg.budget.searched,
+    reserved = round(cfg.budget.searched * cfg.search.task_scheduler)
+    budgets = _task_budgets(weights, cfg.budget.searched - reserved,
                             TASK_FLOOR_BATCHES * cfg.search.top_k)
     joint_fraction = cfg.budget.joint / max(cfg.budget.searched, 1)
     print(f"{cfg.model}: {len(lowering_of)} tuned tasks, {len(plan.fallbacks)} calls on default "
@@ -290,11 +344,24 @@ def tune_model(cfg: RunConfig, progress: bool = True) -> RunResult:
     sessions: dict[str, TuningSession] = {}
     cost_model = CostModel(seed=cfg.seed)
     agent = _make_agent(cfg, tensorboard_log=str(cfg.run_dir / "tb"))
-    trials = 0
+    opened: dict[str, TuningSession] = {}
+    shares: dict[str, Budget] = {}  # each task's share, as its stages were sized
     siblings: dict[str, list[TunedTask]] = {}  # by operator spec, for warm starts
     pending: dict[str, list[tuple[str, TuningSession]]] = {}  # sessions, by spec
     last_of_spec = {low.spec: name for name, low in lowering_of.items()}
     options = cfg.search.loop_options(model=True)
+
+    def settle(name: str, session: TuningSession) -> None:
+        """Keep a tuned task's best layout and schedule."""
+        cand = session.best[0]
+        if cand is None:
+            print(f"task {name}: nothing measured successfully; default layout and schedule")
+            return
+        factors[name] = dict(cand.factors)
+        schedules[name] = session.schedule(cand)
+        sessions[name] = session
+        best[name] = _best_entry(session, lowering_of[name].spec, calls[name], *session.best)
+
     with create(None, cfg.measure, cfg.target) as measurer, \
             RecordDB(cfg.run_dir / "records.jsonl") as db:
         for name, lowering in lowering_of.items():
@@ -303,6 +370,7 @@ def tune_model(cfg: RunConfig, progress: bool = True) -> RunResult:
             last = last_of_spec[lowering.spec] == name
             reserve = 0 if last else cfg.search.warm_start  # for carry_back
             budget = Budget.split(budgets[name] - reserve, joint_fraction)
+            opened[name], shares[name] = session, budget
             session.limit = budget.total
             session.measure(warm_start(task, siblings.get(lowering.spec, []),
                                        cfg.search.warm_start))
@@ -324,17 +392,17 @@ def tune_model(cfg: RunConfig, progress: bool = True) -> RunResult:
                     print(f"task {earlier}: {before * 1e3:.4g} -> {after * 1e3:.4g} ms with "
                           "a candidate carried back from a later sibling")
             for earlier, earlier_session in done:
-                trials += earlier_session.trials
-                cand = earlier_session.best[0]
-                if cand is None:
-                    print(f"task {earlier}: nothing measured successfully; default layout "
-                          "and schedule")
-                    continue
-                factors[earlier] = dict(cand.factors)
-                schedules[earlier] = earlier_session.schedule(cand)
-                sessions[earlier] = earlier_session
-                best[earlier] = _best_entry(earlier_session, lowering.spec, calls[earlier],
-                                            *earlier_session.best)
+                settle(earlier, earlier_session)
+        rescued = _hand_out_reserved(cfg, agent, opened, shares, budgets, reserved,
+                                     {t: _similarity_group(low.spec)
+                                      for t, low in lowering_of.items()},
+                                     weights, calls, progress, log)
+        for name in rescued:
+            opened[name].finalize(options["finalists"], options["finalist_rounds"],
+                                  options["finalists_cold"])
+            settle(name, opened[name])
+        trials = sum(session.trials for session in opened.values())
+        handed = {t: s.trials - budgets[t] for t, s in opened.items() if s.trials > budgets[t]}
         log.close()
         cost_model.save(cfg.run_dir / "costmodel.npz")
     options = {t: contenders(sessions[t], cfg.search.in_network, cfg.search.in_network_slack)
@@ -376,7 +444,8 @@ def tune_model(cfg: RunConfig, progress: bool = True) -> RunResult:
                "max_rel_err_vs_torch": err, "conversions": len(network.conversions),
                "reads_through": len(network.reads_through),
                "tuned_other_kernels": len(network.tuned_others),
-               "fallback_calls": len(plan.fallbacks), "timings": timings,
+               "fallback_calls": len(plan.fallbacks), "task_scheduler": handed,
+               "timings": timings,
                "speedup": {n: t["median_s"] / timings["altenv"]["median_s"]
                            for n, t in timings.items() if n != "altenv"}}
     (cfg.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))

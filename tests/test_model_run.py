@@ -30,6 +30,8 @@ def test_tune_model_export_and_load_with_plain_tvm(tmp_path, tiny_model):
     summary = json.loads((run / "summary.json").read_text())
     assert summary["max_rel_err_vs_torch"] < 1e-4
     assert summary["trials"] == 24  # re-timing layouts inside the network costs no trials
+    # round(0.15 x 24) = 4 trials held back, then handed to the tasks the scheduler picked
+    assert sum(summary["task_scheduler"].values()) == 4
     choices = json.loads((run / "in_network.json").read_text())
     assert choices  # the first convolution pads the network input: a conversion to weigh
     assert set(summary["speedup"]) == {"tvm-default", "torch"}
@@ -95,7 +97,7 @@ def test_a_task_starts_from_its_tuned_siblings_fastest(tmp_path):
     config = tmp_path / "run.yaml"
     config.write_text(f"name: sib\nmodel: {tmp_path / 'siblings.py'}:factory\n"
                       "budget: {joint: 4, loop_only: 4}\n"
-                      "search: {batch: 16, top_k: 4, warm_start: 2}\n"
+                      "search: {batch: 16, top_k: 4, warm_start: 2, task_scheduler: 0}\n"
                       "measure: {number: 1, repeat: 2, min_repeat_ms: 5}\n")
     assert main(["tune", str(config), "--output-dir", str(tmp_path), "--quiet"]) == 0
     run = tmp_path / "sib"
@@ -123,3 +125,29 @@ def _candidate(record) -> str:
 def _tiles(record) -> list:
     """The tile sizes a record's trace sampled, in order."""
     return [d[1] for d in record.trace[1] if isinstance(d[1], list)]
+
+
+@pytest.mark.slow
+def test_the_task_schedulers_trials_resume_after_a_kill(tmp_path):
+    """Half the trials are held back for the task scheduler; a run killed while it hands
+    them out (its last two trials lost) measures exactly what is missing on resume."""
+    (tmp_path / "siblings.py").write_text(SIBLINGS)
+    config = tmp_path / "run.yaml"
+    config.write_text(f"name: sched\nmodel: {tmp_path / 'siblings.py'}:factory\n"
+                      "budget: {joint: 4, loop_only: 8}\n"
+                      "search: {batch: 16, top_k: 2, warm_start: 0, task_scheduler: 0.5}\n"
+                      "measure: {number: 1, repeat: 2, min_repeat_ms: 5}\n")
+    args = ["tune", str(config), "--output-dir", str(tmp_path), "--quiet"]
+    assert main(args) == 0
+    run = tmp_path / "sched"
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["trials"] == 12 and sum(summary["task_scheduler"].values()) == 6
+    lines = (run / "records.jsonl").read_text().splitlines()
+    trials = [i for i, line in enumerate(lines) if '"final"' not in line[:10]]
+    assert len(trials) == 12
+    (run / "records.jsonl").write_text(
+        "\n".join(line for i, line in enumerate(lines) if i not in trials[-2:]) + "\n")
+    assert main(args) == 0
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["resumed_records"] == 10
+    assert summary["trials"] == 12 and sum(summary["task_scheduler"].values()) == 6

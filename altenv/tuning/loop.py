@@ -23,10 +23,13 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Budget:
-    """Measured trials of the joint and the loop-only stage (ALT default 30:70)."""
+    """Measured trials of the joint and the loop-only stage (ALT default 30:70), and
+    ``extra`` trials after them on the best layout (what a model run's task scheduler,
+    :mod:`altenv.tuning.scheduler`, hands a task on top of its share)."""
 
     joint: int
     loop_only: int
+    extra: int = 0
 
     @classmethod
     def split(cls, total: int, joint_fraction: float = 0.3) -> Budget:
@@ -35,7 +38,7 @@ class Budget:
 
     @property
     def total(self) -> int:
-        return self.joint + self.loop_only
+        return self.joint + self.loop_only + self.extra
 
 
 def tune(session: TuningSession, agent: Agent, budget: Budget, batch: int = 128,
