@@ -225,16 +225,17 @@ def _hand_out_reserved(cfg: RunConfig, agent: Any, sessions: dict[str, TuningSes
                        calls: dict[str, int], progress: bool, log: Any) -> set[str]:
     """The task scheduler's trials (:mod:`altenv.tuning.scheduler`): ``reserved`` of them,
     a batch at a time, each to the task it picks (loop search on the task's best layout,
-    :class:`~altenv.tuning.loop.Budget` ``extra``). Trials a task measured past its share
-    count as handed out, so a resumed run goes on with what is left. Returns the tasks
-    that got some in this call."""
+    :class:`~altenv.tuning.loop.Budget` ``extra``), at most its own share again to one
+    task (one stuck far below its peers' throughput would otherwise take them all).
+    Trials a task measured past its share count as handed out, so a resumed run goes on
+    with what is left. Returns the tasks that got some in this call."""
     from tqdm.auto import tqdm
 
     from .tuning import tune
     from .tuning.scheduler import TaskProgress, next_task, reserved_spent
 
     spent = reserved_spent({t: s.trials for t, s in sessions.items()}, budgets)
-    open_tasks = dict(sessions)
+    open_tasks = {t: s for t, s in sessions.items() if s.trials < 2 * budgets[t]}
     rescued: set[str] = set()
     batch = cfg.search.loop_options(model=True) | {"finalists": 0}
     bar = tqdm(total=reserved, initial=min(spent, reserved), desc="task scheduler",
@@ -245,13 +246,16 @@ def _hand_out_reserved(cfg: RunConfig, agent: Any, sessions: dict[str, TuningSes
                          cfg.search.top_k)
         session, share = open_tasks[name], shares[name]
         before = session.trials
-        extra = before + min(cfg.search.top_k, reserved - spent) - share.joint - share.loop_only
+        extra = before - share.joint - share.loop_only + min(
+            cfg.search.top_k, reserved - spent, 2 * budgets[name] - before)
         tune(session, agent, Budget(share.joint, share.loop_only + min(extra, 0),
                                     max(extra, 0)),
              **batch, progress=False, callbacks=[log])
         if session.trials == before:
             del open_tasks[name]  # nothing new to measure there
             continue
+        if session.trials >= 2 * budgets[name]:
+            del open_tasks[name]  # no task gets more than its own share again
         rescued.add(name)
         spent += session.trials - before
         bar.update(session.trials - before)

@@ -227,3 +227,25 @@ def test_real_measurements_are_correct(tmp_path):
         assert session.trials == 8
         assert math.isfinite(session.best[1])
         assert all(r.error is None for r in db.records(task.key))
+
+
+def test_a_measured_batch_is_spread_over_the_ranking():
+    from agents.evolution import differences, spread
+    from altenv.space import LoopPoint
+    from altenv.tuning.task import Candidate
+
+    layout, other = freeze({"ot": 1}), freeze({"ot": 4})
+
+    def cand(tiles, unroll, factors=layout, design=0):
+        return Candidate(factors, LoopPoint(((design,), tiles, (unroll,))))
+
+    a, a2 = cand((4, 8), 0), cand((4, 8), 1)   # a near-copy: unrolling only
+    b, c = cand((2, 16), 1), cand((8, 4), 2)
+    assert differences(a, a2) == 1 and differences(a, b) == 2
+    assert differences(a, cand((4, 8), 0, other)) == math.inf
+    assert differences(a, cand((4, 8), 0, design=1)) == math.inf
+    assert spread([a, a2, b, c], 3, 2) == [a, b, c]  # a2 passed over
+    assert spread([a, a2, b], 3, 2) == [a, b, a2]  # ... and fills what is left
+    assert spread([a, a2, b, c], 3, 1) == [a, a2, b]  # 1: plain top-k
+    with pytest.raises(ValueError, match="diversity"):
+        agents.create("evolution", diversity=0)

@@ -142,6 +142,8 @@ def test_the_task_schedulers_trials_resume_after_a_kill(tmp_path):
     run = tmp_path / "sched"
     summary = json.loads((run / "summary.json").read_text())
     assert summary["trials"] == 12 and sum(summary["task_scheduler"].values()) == 6
+    # each task's share is 3 trials; the scheduler gives no task more than that again
+    assert list(summary["task_scheduler"].values()) == [3, 3]
     lines = (run / "records.jsonl").read_text().splitlines()
     trials = [i for i, line in enumerate(lines) if '"final"' not in line[:10]]
     assert len(trials) == 12
@@ -150,4 +152,4 @@ def test_the_task_schedulers_trials_resume_after_a_kill(tmp_path):
     assert main(args) == 0
     summary = json.loads((run / "summary.json").read_text())
     assert summary["resumed_records"] == 10
-    assert summary["trials"] == 12 and sum(summary["task_scheduler"].values()) == 6
+    assert summary["trials"] == 12 and list(summary["task_scheduler"].values()) == [3, 3]
