@@ -91,15 +91,20 @@ def factory():
 '''
 
 
-@pytest.mark.slow
-def test_a_task_starts_from_its_tuned_siblings_fastest(tmp_path):
+def _siblings_run(tmp_path: Path, name: str, budget: str, search: str) -> list[str]:
+    """The CLI arguments of a run of :data:`SIBLINGS` with these budget and search fields."""
     (tmp_path / "siblings.py").write_text(SIBLINGS)
     config = tmp_path / "run.yaml"
-    config.write_text(f"name: sib\nmodel: {tmp_path / 'siblings.py'}:factory\n"
-                      "budget: {joint: 4, loop_only: 4}\n"
-                      "search: {batch: 16, top_k: 4, warm_start: 2, task_scheduler: 0}\n"
+    config.write_text(f"name: {name}\nmodel: {tmp_path / 'siblings.py'}:factory\n"
+                      f"budget: {budget}\nsearch: {search}\n"
                       "measure: {number: 1, repeat: 2, min_repeat_ms: 5}\n")
-    assert main(["tune", str(config), "--output-dir", str(tmp_path), "--quiet"]) == 0
+    return ["tune", str(config), "--output-dir", str(tmp_path), "--quiet"]
+
+
+@pytest.mark.slow
+def test_a_task_starts_from_its_tuned_siblings_fastest(tmp_path):
+    assert main(_siblings_run(tmp_path, "sib", "{joint: 4, loop_only: 4}",
+                              "{batch: 16, top_k: 4, warm_start: 2, task_scheduler: 0}")) == 0
     run = tmp_path / "sib"
     assert json.loads((run / "summary.json").read_text())["max_rel_err_vs_torch"] < 1e-4
     first, second = json.loads((run / "best.json").read_text())["tasks"].values()
@@ -131,13 +136,8 @@ def _tiles(record) -> list:
 def test_the_task_schedulers_trials_resume_after_a_kill(tmp_path):
     """Half the trials are held back for the task scheduler; a run killed while it hands
     them out (its last two trials lost) measures exactly what is missing on resume."""
-    (tmp_path / "siblings.py").write_text(SIBLINGS)
-    config = tmp_path / "run.yaml"
-    config.write_text(f"name: sched\nmodel: {tmp_path / 'siblings.py'}:factory\n"
-                      "budget: {joint: 4, loop_only: 8}\n"
-                      "search: {batch: 16, top_k: 2, warm_start: 0, task_scheduler: 0.5}\n"
-                      "measure: {number: 1, repeat: 2, min_repeat_ms: 5}\n")
-    args = ["tune", str(config), "--output-dir", str(tmp_path), "--quiet"]
+    args = _siblings_run(tmp_path, "sched", "{joint: 4, loop_only: 8}",
+                         "{batch: 16, top_k: 2, warm_start: 0, task_scheduler: 0.5}")
     assert main(args) == 0
     run = tmp_path / "sched"
     summary = json.loads((run / "summary.json").read_text())
