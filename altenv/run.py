@@ -232,9 +232,9 @@ def _hand_out_reserved(cfg: RunConfig, agent: Any, sessions: dict[str, TuningSes
     from tqdm.auto import tqdm
 
     from .tuning import tune
-    from .tuning.scheduler import TaskProgress, next_task, reserved_spent
+    from .tuning.scheduler import TaskProgress, handed_out, next_task
 
-    spent = reserved_spent({t: s.trials for t, s in sessions.items()}, budgets)
+    spent = sum(handed_out({t: s.trials for t, s in sessions.items()}, budgets).values())
     open_tasks = {t: s for t, s in sessions.items() if s.trials < 2 * budgets[t]}
     rescued: set[str] = set()
     batch = cfg.search.loop_options(model=True) | {"finalists": 0}
@@ -325,6 +325,7 @@ def tune_model(cfg: RunConfig, progress: bool = True) -> RunResult:
     from .target import make_target
     from .tuning import OpTask, TuningSession, tune
     from .tuning.others import tune_others
+    from .tuning.scheduler import handed_out
     from .tuning.transfer import TunedTask, carry_back, tuned_task, warm_start
 
     previous = _open_run(cfg)
@@ -406,7 +407,7 @@ def tune_model(cfg: RunConfig, progress: bool = True) -> RunResult:
                                   options["finalists_cold"])
             settle(name, opened[name])
         trials = sum(session.trials for session in opened.values())
-        handed = {t: s.trials - budgets[t] for t, s in opened.items() if s.trials > budgets[t]}
+        handed = handed_out({t: s.trials for t, s in opened.items()}, budgets)
         log.close()
         cost_model.save(cfg.run_dir / "costmodel.npz")
     options = {t: contenders(sessions[t], cfg.search.in_network, cfg.search.in_network_slack)

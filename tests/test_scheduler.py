@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from altenv.run import _similarity_group
-from altenv.tuning.scheduler import ALPHA, TaskProgress, gradient, next_task, reserved_spent
+from altenv.tuning.scheduler import ALPHA, TaskProgress, gradient, handed_out, next_task
 
 
 def _task(history, calls=1, work=1e6, group="c2d:KH=1,KW=1"):
@@ -41,7 +41,7 @@ def test_a_task_with_nothing_running_comes_first_and_groups_compare_apart():
 
 
 def test_trials_past_the_share_count_as_handed_out():
-    assert reserved_spent({"a": 40, "b": 30, "c": 8}, {"a": 32, "b": 32, "c": 8}) == 8
+    assert handed_out({"a": 40, "b": 30, "c": 8}, {"a": 32, "b": 32, "c": 8}) == {"a": 8}
 
 
 def test_similarity_groups_drop_shapes_but_keep_the_kernel():

@@ -45,7 +45,7 @@ def gradient(task: TaskProgress, best_throughput: float, window: int) -> float:
     now = task.history[-1] if trials else math.inf
     if not math.isfinite(now):
         return -math.inf  # nothing runs yet: first in line
-    before = task.history[max(trials - window, 0) - 1] if trials > window else now
+    before = task.history[-window - 1] if trials > window else now
     slope = (now - before) / window if math.isfinite(before) else 0.0
     optimistic = min(-now / trials, BETA * task.work / best_throughput - now)
     return task.calls * (ALPHA * slope + (1 - ALPHA) * optimistic)
@@ -66,7 +66,7 @@ def next_task(tasks: Mapping[str, TaskProgress], window: int) -> str | None:
     return min(grads, key=grads.get)
 
 
-def reserved_spent(trials: Mapping[str, int], shares: Mapping[str, int]) -> int:
-    """Reserved trials already handed out (a resumed run): each task's trials past its
-    share."""
-    return sum(max(0, trials[t] - shares[t]) for t in shares)
+def handed_out(trials: Mapping[str, int], shares: Mapping[str, int]) -> dict[str, int]:
+    """The reserved trials each task got (a resumed run included): its trials past its
+    share, for the tasks that have any."""
+    return {t: trials[t] - shares[t] for t in shares if trials[t] > shares[t]}
