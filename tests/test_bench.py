@@ -202,4 +202,5 @@ def test_net_bench_tiny_model(tmp_path, tiny_model):
     assert (("altenv#0", "conversion") in kinds) == (int(rows["altenv"]["conversions"]) > 0)
     assert all(float(k["total_us"]) > 0 and int(k["calls"]) >= 1 for k in kernels)
     assert all(float(k["in_network_us_per_call"]) >= 0 for k in kernels)  # not NaN either
+    assert all(float(k["cold_us_per_call"]) > 0 for k in kernels)  # timed cold on the CPU
     assert (out / "tiny" / "profile.png").exists()

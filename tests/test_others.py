@@ -62,6 +62,7 @@ def test_profile_times_every_kernel_main_calls():
     assert sorted(r.kind for r in rows if r.kind == "c2d") == ["c2d", "c2d"]
     assert sum(r.calls for r in rows if r.kind == "conversion") == len(network.conversions)
     assert all(r.seconds > 0 and math.isfinite(r.spread) for r in rows)
+    assert all(r.cold > 0 and r.cold_total == r.calls * r.cold for r in rows)  # cold on a CPU
     assert [r.total for r in rows] == sorted((r.total for r in rows), reverse=True)
     # inside the network (the baseline hands over its VM): every kernel timed there too
     assert all(math.isfinite(r.in_network) and r.in_network >= 0 for r in rows)
