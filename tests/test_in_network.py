@@ -106,7 +106,7 @@ def test_the_contender_fastest_in_the_network_is_kept(monkeypatch):
                            else 3e-6) for key, chain in runs.items()}
 
     monkeypatch.setattr("altenv.baselines.timing.time_interleaved", fake_timer)
-    monkeypatch.setattr(in_network, "KernelChain", lambda funcs, *_, **__: list(funcs))
+    monkeypatch.setattr(in_network, "KernelChain", lambda funcs, *_: list(funcs))
     seen: dict[str, Choice] = {}
     choices = choose_layouts(graph, {}, {}, {task: cands}, "llvm", on_choice=seen.__setitem__)
     # the direct call, the guarded and staged variants, convert + call: timed together once

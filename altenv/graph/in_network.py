@@ -145,7 +145,7 @@ def _time(graph: TaskGraph, factors: dict[str, Mapping[str, int]],
     if all(len(keys) == 1 and len(chains[keys[0]]) == 1 for keys in ways[0]):
         return None
     use_tvm_threads(target_cores(target))
-    stats = time_interleaved({key: KernelChain(chain, target, seed, cold=True)
+    stats = time_interleaved({key: KernelChain(chain, target, seed)
                               for key, chain in chains.items()},
                              rounds=rounds, min_block_seconds=0.005, cooldown_seconds=0.002)
     seconds = tuple(sum(min(stats[key].median for key in keys) for keys in per_call)

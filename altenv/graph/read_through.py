@@ -134,15 +134,13 @@ def builds_in_time(funcs: Sequence[tirx.PrimFunc], target: tvm.target.Target) ->
 
 
 def fastest_chain(chains: Mapping[str, Sequence[tirx.PrimFunc]],
-                  target: tvm.target.Target, rounds: int = 5, cold: bool = True
-                  ) -> tuple[str, dict[str, float]]:
+                  target: tvm.target.Target, rounds: int = 5) -> tuple[str, dict[str, float]]:
     """The key of the fastest of ``chains`` (kernels run one after another, each compiled
-    alone), timed interleaved on ``target``, by default ``cold`` as inside the network
-    (:class:`~altenv.graph.kernels.KernelChain`); also every chain's median seconds."""
+    alone), timed interleaved on ``target``; also every chain's median seconds."""
     from altenv.baselines.timing import time_interleaved  # baselines import the network
 
     use_tvm_threads(target_cores(target))
-    stats = time_interleaved({key: KernelChain(list(chain), target, 0, cold)
+    stats = time_interleaved({key: KernelChain(list(chain), target, 0)
                               for key, chain in chains.items()},
                              rounds=rounds, min_block_seconds=0.005, cooldown_seconds=0.002)
     medians = {key: stats[key].median for key in chains}
