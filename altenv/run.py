@@ -235,7 +235,8 @@ def _hand_out_reserved(cfg: RunConfig, agent: Any, sessions: dict[str, TuningSes
     from .tuning.scheduler import TaskProgress, handed_out, next_task
 
     spent = sum(handed_out({t: s.trials for t, s in sessions.items()}, budgets).values())
-    open_tasks = {t: s for t, s in sessions.items() if s.trials < 2 * budgets[t]}
+    cap = {t: 2 * budgets[t] for t in sessions}  # its share, and as much again at most
+    open_tasks = {t: s for t, s in sessions.items() if s.trials < cap[t]}
     rescued: set[str] = set()
     batch = cfg.search.loop_options(model=True) | {"finalists": 0}
     bar = tqdm(total=reserved, initial=min(spent, reserved), desc="task scheduler",
@@ -247,15 +248,15 @@ def _hand_out_reserved(cfg: RunConfig, agent: Any, sessions: dict[str, TuningSes
         session, share = open_tasks[name], shares[name]
         before = session.trials
         extra = before - share.joint - share.loop_only + min(
-            cfg.search.top_k, reserved - spent, 2 * budgets[name] - before)
+            cfg.search.top_k, reserved - spent, cap[name] - before)
         tune(session, agent, Budget(share.joint, share.loop_only + min(extra, 0),
                                     max(extra, 0)),
              **batch, progress=False, callbacks=[log])
         if session.trials == before:
             del open_tasks[name]  # nothing new to measure there
             continue
-        if session.trials >= 2 * budgets[name]:
-            del open_tasks[name]  # no task gets more than its own share again
+        if session.trials >= cap[name]:
+            del open_tasks[name]
         rescued.add(name)
         spent += session.trials - before
         bar.update(session.trials - before)

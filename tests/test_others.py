@@ -14,7 +14,13 @@ from tvm import te, tirx
 
 from altenv.baselines import network_baseline
 from altenv.graph import extract_tasks, load_model, max_rel_err, rel_err
-from altenv.graph.kernels import _instrumented_run, _is_kernel, kernel_calls, profile_kernels
+from altenv.graph.kernels import (
+    KernelChain,
+    _instrumented_run,
+    _is_kernel,
+    kernel_calls,
+    profile_kernels,
+)
 from altenv.graph.network import build_network, build_plan, other_kernels, plan_network
 from altenv.graph.regen import Regenerable
 from altenv.layout import Layout
@@ -63,6 +69,8 @@ def test_profile_times_every_kernel_main_calls():
     assert sum(r.calls for r in rows if r.kind == "conversion") == len(network.conversions)
     assert all(r.seconds > 0 and math.isfinite(r.spread) for r in rows)
     assert all(r.cold > 0 and r.cold_total == r.calls * r.cold for r in rows)  # cold on a CPU
+    with pytest.raises(ValueError, match="flushes CPU caches"):  # a GPU's kernels: warm only
+        KernelChain([], tvm.target.Target("cuda"), 0, cold=True)
     assert [r.total for r in rows] == sorted((r.total for r in rows), reverse=True)
     # inside the network (the baseline hands over its VM): every kernel timed there too
     assert all(math.isfinite(r.in_network) and r.in_network >= 0 for r in rows)

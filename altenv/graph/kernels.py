@@ -58,7 +58,7 @@ class KernelChain:
     """A block timer (:class:`altenv.baselines.timing.BlockTimer`) for PrimFuncs run one
     after another on random inputs, each compiled alone for ``target``.
 
-    With ``cold`` (CPU targets), every call finds all its arguments but the first (the data,
+    With ``cold`` (a CPU target), every call finds all its arguments but the first (the data,
     which its producer has just written) flushed from the CPU caches, as kernels run inside
     a network and as a network run's candidates are measured
     (``measure.enable_cpu_cache_flush``); warm, a kernel run again and again keeps its
@@ -66,9 +66,12 @@ class KernelChain:
 
     def __init__(self, funcs: Sequence[tirx.PrimFunc], target: tvm.target.Target, seed: int,
                  cold: bool = False):
+        if cold and target.kind.name != "llvm":
+            raise ValueError(f"KernelChain: cold timing flushes CPU caches; target is "
+                             f"{target.kind.name}")
         rng = np.random.default_rng(seed)
         dev = device_of(target)
-        self.cold = cold and target.kind.name == "llvm"
+        self.cold = cold
         self.steps = []
         for func in funcs:
             lib = tvm.compile(kernel_module(func), target=target)
@@ -263,10 +266,12 @@ def profile_kernels(programs: Mapping[str, KernelSource], rounds: int = 5,
     inside = time_in_network(programs, rounds)
     out = {}
     for label, src in programs.items():
-        rows = [KernelTime(name, src.kinds.get(name) or kind_of(src.module[name]), count,
-                           stats[label, name, False].median, stats[label, name, False].spread,
-                           stats[label, name, True].median if (label, name, True) in stats
-                           else math.nan, inside.get(label, {}).get(name, math.nan))
-                for name, count in calls[label].items()]
+        rows = []
+        for name, count in calls[label].items():
+            warm, cold = stats[label, name, False], stats.get((label, name, True))
+            rows.append(KernelTime(name, src.kinds.get(name) or kind_of(src.module[name]),
+                                   count, warm.median, warm.spread,
+                                   cold.median if cold else math.nan,
+                                   inside.get(label, {}).get(name, math.nan)))
         out[label] = sorted(rows, key=lambda row: -row.total)
     return out
