@@ -163,17 +163,23 @@ class EvolutionAgent(Agent):
 
     # ----------------------------------------------------------------- layouts
     def _neighbour(self, session: TuningSession, factors: Factors) -> Factors:
-        """``factors`` with one knob moved to an adjacent allowed value."""
+        """``factors`` with one knob moved to an adjacent value that the layout model
+        allows (``factors`` itself if no move is allowed)."""
         values = dict(factors)
         choices = {k: sorted(self._layout_model(session).knob_values(k)) for k in values}
         movable = [k for k in values if len(choices[k]) > 1]
         if not movable:
             return factors
-        knob = movable[int(self.rng.integers(len(movable)))]
-        options = choices[knob]
-        i = min(range(len(options)), key=lambda j: abs(options[j] - values[knob]))
-        values[knob] = options[int(np.clip(i + self.rng.choice([-1, 1]), 0, len(options) - 1))]
-        return freeze(values)
+        model = self._layout_model(session)
+        for knob in self.rng.permutation(movable):
+            options = choices[knob]
+            i = min(range(len(options)), key=lambda j: abs(options[j] - values[knob]))
+            for step in self.rng.permutation([-1, 1]):
+                if 0 <= i + step < len(options):
+                    moved = {**values, knob: options[i + step]}
+                    if model.holds(model.genes_of(moved)):
+                        return freeze(moved)
+        return factors
 
     def _layout_model(self, session: TuningSession) -> LayoutConstraints:
         if self._constraints is None:
@@ -182,10 +188,14 @@ class EvolutionAgent(Agent):
         return self._constraints
 
     def _draw_layouts(self, session: TuningSession, n: int) -> list[Factors]:
-        """The default layout and up to ``n - 1`` distinct vector-friendly draws (see
-        ``layout_draws``)."""
+        """The default layout, the vendor-style blocked one (``NCHW[x]c``, packed GMM
+        operands; when the layout model allows it) and distinct vector-friendly draws
+        (see ``layout_draws``), ``n`` in all."""
         model = self._layout_model(session)
         layouts = dict.fromkeys([session.task.default_factors()])
+        blocked = session.task.blocked_factors(model.hardware.lanes())
+        if blocked is not None and model.holds(model.genes_of(dict(blocked))):
+            layouts.setdefault(blocked)
         if self.layout_draws == "actions":
             for _ in range(self.DRAW_TRIES * n):
                 if len(layouts) >= n:

@@ -40,6 +40,7 @@ def test_budget_stages_and_layout_schedule(tmp_path):
         # (top_k) each; every initial layout is vector-friendly or the default
         assert layouts[0] == task.default_factors()
         model = LayoutConstraints(task.template, Hardware.of(task.target))
+        assert agent._initial[1] == task.blocked_factors(model.hardware.lanes())
         for factors in agent._initial[1:]:
             assert model.holds(model.genes_of(dict(factors)))
         first = list(dict.fromkeys(layouts[:4 * len(agent._initial)]))
@@ -55,15 +56,16 @@ def test_one_initial_layout_per_joint_batch_drawn_as_layout_actions(tmp_path):
         _, agent = _tune(task, db, Budget(24, 8), initial_layouts=None, layout_draws="actions")
         layouts = [freeze(r.layouts["factors"]) for r in db.records(task.key)]
         # each of the joint stage's 6 batches (top_k 4) gets a layout of its own: the
-        # default, then ALT Eq. 2 draws that the layout model allows
+        # default, the blocked one, then ALT Eq. 2 draws that the layout model allows
         assert len(agent._initial) == 6 and agent._initial[0] == task.default_factors()
+        assert agent._initial[1] == task.blocked_factors(Hardware.of(task.target).lanes())
         assert [layouts[4 * b:4 * b + 4] for b in range(6)] == [[f] * 4 for f in agent._initial]
         model = LayoutConstraints(task.template, Hardware.of(task.target))
         assert all(model.holds(model.genes_of(dict(f))) for f in agent._initial[1:])
         # they are layout actions of the agent's seed (RandSAT solutions would not be)
         rng = np.random.default_rng(0)
         actions = {task.random_factors(rng) for _ in range(300)}
-        assert set(agent._initial[1:]) <= actions
+        assert set(agent._initial[2:]) <= actions
 
 
 def test_fewer_initial_layouts_then_the_best_two_in_turn(tmp_path):

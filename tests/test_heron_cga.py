@@ -116,6 +116,23 @@ def test_layout_model_multi_level_and_vector_knobs():
     assert model.knob_values("ot") == {1, 8, 16, 32}
 
 
+def test_layout_model_blocks_depthwise_input_like_its_output():
+    """A depthwise output lane reads its own input channel: ``it`` is 1 exactly when
+    ``ot`` is, and vector-sized otherwise; other convolutions leave ``it`` free."""
+    hw = Hardware(256, 32768, 524288)
+    dep = LayoutConstraints(OpTask("dep:C=32,H=8,W=8,KH=3,KW=3,pad=1").template, hw)
+    base = {"ht": 8, "wt": 8, "it_w": 1, "ot_w": 8}
+    for (it, ot), ok in {(1, 1): True, (8, 8): True, (16, 8): True, (32, 16): True,
+                         (1, 8): False, (8, 1): False, (4, 8): False}.items():
+        assert dep.holds(dep.genes_of({**base, "it": it, "ot": ot})) == ok, (it, ot)
+    for g in dep.sample(20, np.random.default_rng(0)):
+        f = dep.factors(g)
+        assert (f["it"] == 1) == (f["ot"] == 1) and (f["it"] == 1 or f["it"] % 8 == 0)
+    grp = LayoutConstraints(OpTask("grp:I=32,O=32,groups=4,H=8,W=8,KH=3,KW=3,pad=1").template,
+                            hw)
+    assert grp.holds(grp.genes_of({**base, "it": 1, "ot": 8, "it_w": 1}))
+
+
 def test_crossover_constraints_and_forbidden(tasks):
     model = loop_constraints(space_of(tasks, GMM))
     rng = np.random.default_rng(4)

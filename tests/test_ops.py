@@ -77,6 +77,27 @@ def test_c2d_template_matches_alt():
     assert LayoutTemplate("gmm:M=8,N=8,K=8").knob_names == ["mt", "nt", "kt"]
 
 
+def test_blocked_layouts_are_tvm_nchwc_and_packed_gmm():
+    """Channel tiles the largest divisor up to the lanes, spatial dims whole; GMM packs its
+    right-hand side in lane-wide columns (``N/nt K nt``)."""
+    conv = LayoutTemplate("c2d:N=1,I=3,O=64,H=8,W=8,KH=3,KW=3,pad=1", levels=2)
+    assert conv.blocked_factors(16) == {"ht": 8, "ht1": 1, "wt": 8, "wt1": 1, "ot": 16,
+                                        "ot1": 1, "it": 3, "it_w": 3, "it_w1": 1,
+                                        "ot_w": 16, "ot_w1": 1}
+    conv = LayoutTemplate("c2d:N=1,I=3,O=64,H=8,W=8,KH=3,KW=3,pad=1")
+    layouts = conv.layouts(conv.blocked_factors(16))
+    assert layouts["out"].shape == (1, 1, 1, 4, 8, 8, 16)  # NCHW16c
+    assert layouts["data"].shape == (1, 1, 10, 10, 3)  # NCHW3c, padded
+    assert layouts["weight"].shape == (4, 1, 3, 3, 3, 16)  # OIHW3i16o
+    dep = LayoutTemplate("dep:C=24,H=8,W=8,KH=3,KW=3,pad=1")
+    assert dep.blocked_factors(16) == {"ht": 8, "wt": 8, "ot": 12, "it": 12, "it_w": 1,
+                                       "ot_w": 12}
+    gmm = LayoutTemplate("gmm:M=8,N=48,K=32")
+    assert gmm.blocked_factors(16) == {"mt": 1, "nt": 16, "kt": 32}
+    assert gmm.layouts(gmm.blocked_factors(16))["weight"].shape == (1, 3, 32, 16)
+    check(generate("gmm:M=8,N=48,K=32", gmm.layouts(gmm.blocked_factors(16)), ("bias",)))
+
+
 def test_template_factors_must_divide():
     template = LayoutTemplate("gmm:M=12,N=8,K=8")
     message = r"mt=\[5\] must divide M=12 \(choices: \[1, 2, 3, 4, 6, 12\]\)"

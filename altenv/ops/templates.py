@@ -95,6 +95,20 @@ class LayoutTemplate:
         spatial = {s.lower() + "t" for s in SPATIAL}
         return {k.name: k.extent if k.level == 0 and k.name in spatial else 1 for k in self.knobs}
 
+    def blocked_factors(self, lanes: int) -> dict[str, int]:
+        """The vendor-style blocked layouts: convolutions as TVM's x86 ``NCHW[x]c`` (every
+        channel tile the largest divisor of its dim up to ``lanes``, the SIMD width in
+        elements; spatial dims whole), GMM with its right-hand side packed in ``lanes``
+        columns (``N/nt K nt``, the packed-B layout of BLAS kernels). Outer levels 1."""
+        factors = self.default_factors()
+        blocked = ("nt",) if isinstance(self.op, MatMul) else ("ot", "it", "it_w", "ot_w")
+        for k in self.knobs:
+            if k.name in blocked:
+                factors[k.name] = max(d for d in divisors(k.extent) if d <= lanes)
+            elif k.name == "kt":
+                factors[k.name] = k.extent
+        return factors
+
     def factors_from_actions(self, actions: Sequence[float]) -> dict[str, int]:
         """ALT Eq. 2: action ``a`` in (0, 1) gives factor ``R(D * a)`` for each knob, in
         order; a multi-level dim's later levels split what the earlier ones left."""

@@ -23,7 +23,9 @@ Constraints (Heron's rules C1-C6 on MetaSchedule's design spaces):
   the outer spatial loops;
 * C6 vector length: the innermost tile of the loop that indexes the output's contiguous
   dim is a multiple of the SIMD lanes (at most MetaSchedule's vectorize bound); layout
-  knobs that tile a tensor's innermost dim are 1, a multiple of the lanes, or the dim.
+  knobs that tile a tensor's innermost dim are 1, a multiple of the lanes, or the dim;
+  a depthwise convolution's input channel tile is 1 exactly when its output's is (the
+  output's vector lanes read the input's channels one to one).
 
 C5 and C6 are the hardware constraints (``hardware=True``); the others describe the
 space exactly. Random constraint satisfaction (Heron's RandSAT) is CP-SAT with a fixed
@@ -46,6 +48,7 @@ from ortools.sat.python import cp_model
 from tvm.s_tir import Schedule
 from tvm.tirx.analysis import undefined_vars
 
+from altenv.ops.operators import Conv
 from altenv.ops.templates import LayoutTemplate, divisors
 
 from .loop_space import LoopPoint, LoopSpace
@@ -278,7 +281,7 @@ class LayoutConstraints(ConstraintModel):
     the whole dim)."""
 
     def __init__(self, template: LayoutTemplate, hardware: Hardware | None = None):
-        self.template = template
+        self.template, self.hardware = template, hardware
         genes = {LAYOUT + k.name: divisors(k.extent) for k in template.knobs}
         constraints: list[Constraint] = []
         bases: dict[str, list[str]] = {}
@@ -292,11 +295,22 @@ class LayoutConstraints(ConstraintModel):
                 constraints.append(Allowed(tuple(LAYOUT + n for n in names), frozenset(rows)))
         if hardware is not None:
             lanes = hardware.lanes()
+
+            def vector(gene: str, extent: int) -> list[int]:
+                return [v for v in genes[gene] if v in (1, extent) or v % lanes == 0]
+
             for knob in template.knobs:
                 if knob.name in _VECTOR_KNOBS:
-                    rows = {(v,) for v in genes[LAYOUT + knob.name]
-                            if v in (1, knob.extent) or v % lanes == 0}
+                    rows = {(v,) for v in vector(LAYOUT + knob.name, knob.extent)}
                     constraints.append(Allowed((LAYOUT + knob.name,), frozenset(rows)))
+            op = template.op
+            if isinstance(op, Conv) and op.groups == op.I == op.O:
+                # depthwise: output lane c reads input channel c, so the input's channel
+                # tile is blocked like the output's (both 1, or both vector-sized)
+                names = (LAYOUT + "it", LAYOUT + "ot")
+                rows = {(i, o) for i in vector(names[0], op.I) for o in vector(names[1], op.O)
+                        if (i == 1) == (o == 1)}
+                constraints.append(Allowed(names, frozenset(rows)))
         super().__init__(genes, constraints)
 
     def factors(self, genes: Mapping[str, int]) -> dict[str, int]:

@@ -83,6 +83,13 @@ class OpTask:
     def default_factors(self) -> Factors:
         return freeze(self.template.default_factors())
 
+    def blocked_factors(self, lanes: int) -> Factors | None:
+        """The vendor-style blocked layout for ``lanes``-element vectors
+        (:meth:`LayoutTemplate.blocked_factors`); ``None`` for an intrinsic mapping."""
+        if isinstance(self.template, MappingTemplate):
+            return None
+        return freeze(self.template.blocked_factors(lanes))
+
     def random_factors(self, rng: np.random.Generator) -> Factors:
         """Template factors of uniformly drawn layout actions (ALT Eq. 2: each knob takes
         the divisor nearest a uniform fraction of what the outer levels left, so large
