@@ -98,6 +98,24 @@ def test_blocked_layouts_are_tvm_nchwc_and_packed_gmm():
     check(generate("gmm:M=8,N=48,K=32", gmm.layouts(gmm.blocked_factors(16)), ("bias",)))
 
 
+def test_bias_follows_the_output_channel_tiles():
+    """The bias vector is stored split like the output's channels (``O/ot ot``, a reshape
+    of the vector), read at plain loop indices, and computes what the logical one does."""
+    from altenv.ops.codegen import bias_layout
+
+    spec = "c2d:N=1,I=8,O=32,H=6,W=6,KH=3,KW=3,pad=1"
+    template = LayoutTemplate(spec, levels=2)
+    factors = {**template.default_factors(), "ot": 4, "ot1": 2, "ht": 3}
+    program = generate(spec, template.layouts(factors), ("bias", "relu"))
+    assert program.layouts["bias"].shape == (4, 2, 4)
+    vector = np.arange(32.0)
+    assert np.array_equal(program.layouts["bias"].apply(vector).ravel(), vector)
+    assert "bias[v_i3, v_i6, v_i9]" in program.func.script()  # O0 O1 O2: no // or %
+    check(program, seed=3)
+    fused = Layout((1, 32, 6, 6)).fuse([2, 3])  # not split/reorder only: the vector as is
+    assert bias_layout(fused, 1).shape == (32,)
+
+
 def test_template_factors_must_divide():
     template = LayoutTemplate("gmm:M=12,N=8,K=8")
     message = r"mt=\[5\] must divide M=12 \(choices: \[1, 2, 3, 4, 6, 12\]\)"

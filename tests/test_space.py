@@ -265,6 +265,22 @@ def test_alt_template_conv_from_ops(target):
                                            for k in space.design_slots(point.design)]
 
 
+def test_bias_of_a_channel_blocked_output_is_inlined(target):
+    """MetaSchedule inlines the bias add into the convolution's tile in every design when
+    the output's channels are blocked (``NCHW16c``), as it does for the framework layout."""
+    codegen = pytest.importorskip("altenv.ops.codegen")
+    templates = pytest.importorskip("altenv.ops.templates")
+    wl = "dep:N=1,C=32,H=7,W=7,KH=3,KW=3,pad=1"
+    factors = {"ht": 7, "wt": 7, "ot": 16, "it": 16, "it_w": 1, "ot_w": 16}
+    program = codegen.generate(wl, templates.LayoutTemplate(wl).layouts(factors),
+                               epilogue=("bias", "relu6"))
+    space = LoopSpace(program.func, target)
+    assert space.num_designs > 1
+    for design in range(space.num_designs):
+        kinds = [inst.kind.name for inst in space.design_instructions(design)]
+        assert "ComputeInline" in kinds and "CacheWrite" not in kinds
+
+
 def test_transfer_within_a_space_keeps_the_point(case):
     space = case[0]
     for point in space.sample(4, seed=3):

@@ -63,6 +63,7 @@ from altenv.graph.spatial import parallel_spatial, untuned_schedule
 from altenv.graph.tasks import TaskGraph
 from altenv.layout import Layout
 from altenv.layout.convert import conversion_func
+from altenv.ops.codegen import bias_layout
 from altenv.target import make_target, target_cores
 from altenv.tuning.others import tuned_kernel
 
@@ -609,8 +610,8 @@ class _Rewriter:
             args.append(self._new_param(f"w{index}", layouts["weight"].apply(weight)))
         else:
             args.append(self._read(index, weight_expr, None))
-        if bias is not None:
-            args.append(self._new_param(f"b{index}", bias))
+        if bias is not None:  # stored as the operator's program reads it
+            args.append(self._new_param(f"b{index}", bias_layout(layouts["out"], axis).apply(bias)))
         if lowering.residual_arg is not None:
             args.append(self._read(index, call_args[lowering.residual_arg],
                                    layouts["residual"]))

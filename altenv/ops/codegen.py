@@ -21,7 +21,7 @@ from tvm.sym.analyzer import Analyzer
 
 from ..layout import Layout
 from ..layout.convert import conversion_stage
-from ..layout.primitives import StoreAt
+from ..layout.primitives import Reorder, Split, StoreAt
 from .operators import Operator, operator_for
 from .workload import Workload, parse_workload
 
@@ -35,6 +35,35 @@ def _attached_bias(weight: Layout, op: Operator) -> Layout | None:
         if isinstance(p, StoreAt) and p.guest.logical_shape == channels:
             return p.guest
     return None
+
+
+def bias_layout(out: Layout, axis: int) -> Layout:
+    """The layout of a bias vector along the output's dim ``axis``: that dim's splits and
+    order in ``out`` (e.g. ``O/ot ot`` for ``N O/ot H W ot``), so the bias add reads it at
+    plain output loop indices and MetaSchedule can inline it into the operator's tile
+    (its ``AutoInline`` and write-cache fusion accept only reads indexed by output loop
+    variables). Identity when ``out`` uses primitives other than split and reorder."""
+    bias = Layout((out.logical_shape[axis],), (out.logical_names[axis],))
+    pos: list[int | None] = [None] * len(out.logical_shape)  # bias dim of each out dim
+    pos[axis] = 0
+    for prim in out.primitives:
+        if isinstance(prim, Split):
+            n, at = len(prim.factors), pos[prim.dim]
+            if at is not None:
+                bias = bias.split(at, prim.factors)
+            shifted = [q + n - 1 if q is not None and at is not None and q > at else q
+                       for q in pos]
+            parts = [None] * n if at is None else list(range(at, at + n))
+            pos = shifted[:prim.dim] + parts + shifted[prim.dim + 1:]
+        elif isinstance(prim, Reorder):
+            pos = [pos[p] for p in prim.perm]
+            order = [q for q in pos if q is not None]
+            if order != sorted(order):
+                bias = bias.reorder(order)
+                pos = [None if q is None else order.index(q) for q in pos]
+        else:
+            return Layout(bias.logical_shape, bias.logical_names)
+    return bias
 
 
 def _guard(valid: Any, value: Any, dtype: str) -> Any:
@@ -143,6 +172,8 @@ def generate(workload: str | Workload, layouts: Mapping[str, Layout] | None = No
                              "separate 'bias' layout")
     elif "bias" in epilogue:
         shapes["bias"] = (op.out_shape()[op.channel_axis],)
+        if "out" in layouts:
+            layouts.setdefault("bias", bias_layout(layouts["out"], op.channel_axis))
     if "residual" in epilogue:
         shapes["residual"] = op.out_shape()
         layouts.setdefault("residual", layouts.get("out", Layout(shapes["out"])))
@@ -236,6 +267,10 @@ def _epilogue(step: str, prev: te.Tensor, out_layout: Layout, layouts: dict[str,
         channel = [logical[op.channel_axis]]
         phys, bvalid = (layouts["weight"].attached_to_physical(channel) if stored
                         else layouts["bias"].to_physical(channel))
+        analyzer = Analyzer()  # (o * ot + i) // ot -> o: plain loop indices
+        for var, extent in zip(p, prev.shape):
+            analyzer.bind(var, tvm.ir.Range(0, extent))
+        phys = [analyzer.simplify(x) for x in phys]
         value = op.cast(bias[tuple(phys)]) if stored else bias[tuple(phys)]
         return _guard(valid, prev(*p) + _guard(bvalid, value, dtype), dtype)
 
