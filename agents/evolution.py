@@ -166,11 +166,9 @@ class EvolutionAgent(Agent):
         """``factors`` with one knob moved to an adjacent value that the layout model
         allows (``factors`` itself if no move is allowed)."""
         values = dict(factors)
-        choices = {k: sorted(self._layout_model(session).knob_values(k)) for k in values}
-        movable = [k for k in values if len(choices[k]) > 1]
-        if not movable:
-            return factors
         model = self._layout_model(session)
+        choices = {k: sorted(model.knob_values(k)) for k in values}
+        movable = [k for k in values if len(choices[k]) > 1]
         for knob in self.rng.permutation(movable):
             options = choices[knob]
             i = min(range(len(options)), key=lambda j: abs(options[j] - values[knob]))

@@ -610,9 +610,8 @@ class _Rewriter:
             args.append(self._new_param(f"w{index}", layouts["weight"].apply(weight)))
         else:
             args.append(self._read(index, weight_expr, None))
-        if bias is not None:  # stored as the operator's program reads it (its channel axis)
-            out = layouts["out"]
-            stored = bias_layout(out, len(out.logical_shape) - 1 if lowering.matmul else 1)
+        if bias is not None:  # stored as the operator's program reads it
+            stored = bias_layout(layouts["out"], lowering.template.op.channel_axis)
             args.append(self._new_param(f"b{index}", stored.apply(bias)))
         if lowering.residual_arg is not None:
             args.append(self._read(index, call_args[lowering.residual_arg],
