@@ -611,7 +611,7 @@ class _Rewriter:
         else:
             args.append(self._read(index, weight_expr, None))
         if bias is not None:  # stored as the operator's program reads it
-            stored = bias_layout(layouts["out"], lowering.template.op.channel_axis)
+            stored = bias_layout(layouts["out"], lowering.template().op.channel_axis)
             args.append(self._new_param(f"b{index}", stored.apply(bias)))
         if lowering.residual_arg is not None:
             args.append(self._read(index, call_args[lowering.residual_arg],
