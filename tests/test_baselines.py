@@ -3,6 +3,7 @@ references and timed interleaved."""
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from altenv.baselines import (
     weight_names,
 )
 from altenv.baselines.base import untuned_rules
+from altenv.baselines.timing import wait_for_idle_threads
 from altenv.measure import MeasureConfig, WrongResultError, as_module
 from altenv.ops import generate
 from altenv.target import make_target
@@ -71,6 +73,24 @@ def test_interleaved_timer_gives_sane_medians() -> None:
     timed = calls[2 * len(runs):]  # after two warm-up calls each, rounds interleave a, b, c
     inners = [stats[name].inner for name in runs]
     assert timed[: sum(inners)] == ["a"] * inners[0] + ["b"] * inners[1] + ["c"] * inners[2]
+
+
+def test_waiting_for_idle_threads_outlasts_a_spinning_thread() -> None:
+    finished = threading.Event()
+
+    def spin() -> None:  # like a thread pool spinning after a parallel region
+        start = time.thread_time()
+        while time.thread_time() - start < 0.2:
+            pass
+        finished.set()
+
+    spinner = threading.Thread(target=spin)
+    spinner.start()
+    wait_for_idle_threads(limit=10.0, window=0.02)
+    assert finished.is_set()
+    spinner.join()
+    # with no other thread busy it returns after one window
+    assert wait_for_idle_threads(limit=10.0, window=0.02) < 5.0
 
 
 @pytest.mark.parametrize("spec,epilogue", [

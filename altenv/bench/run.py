@@ -3,9 +3,8 @@
 Finished cells and timings are reused, so an interrupted run picks up where it stopped;
 ``retime`` times finished cells again (e.g. once the machine is idle); ``profile`` also
 times every network's kernels alone (:func:`~altenv.bench.net.profile_net`). Timing runs in a
-fresh process: timed in the process that had just tuned, PyTorch's worker took 24-47 ms
-on five ``alt9`` operators that a fresh process times at 0.36-5.3 ms, so whatever tuning
-leaves behind must not share the machine's cores with the contenders.
+fresh process, so that nothing the tuning left behind (worker pools, caches, threads) shares
+the machine's cores with the contenders.
 """
 
 from __future__ import annotations
