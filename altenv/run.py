@@ -520,12 +520,18 @@ def train_workloads(cfg: TrainConfig, progress: bool = True) -> Path:
 def _schedule_of(spec: str, epilogue: list[str], target: Any, entry: dict[str, Any],
                  mapping: str = "none") -> Any:
     """Replay a recorded best candidate (factors + loop decisions) into its schedule."""
+    from .space import StaleRecordError
     from .tuning import OpTask, freeze
 
     task = OpTask(spec, target, epilogue, mapping=mapping)
     factors = freeze(entry["factors"])
     space = task.space(factors)
-    schedule = space.decode(space.from_vector(entry["decisions"]))
+    try:
+        point = space.from_vector(entry["decisions"])
+    except StaleRecordError as err:
+        raise StaleRecordError(f"{spec}: the recorded best (layout {dict(factors)}): {err}; "
+                               "tune it again with this version") from err
+    schedule = space.decode(point)
     if schedule is None:
         raise RuntimeError(f"{spec}: the recorded best schedule no longer decodes")
     return task, factors, schedule

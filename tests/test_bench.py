@@ -164,6 +164,18 @@ def test_ops_bench_end_to_end_and_resume(tmp_path, capsys):
     assert _records(out / "gmm16" / "altenv-seed0") == altenv_records  # finished: untouched
     assert json.loads((cell / "cell.json").read_text())["trials"] == 4
 
+    # a finished cell whose best this version's design space cannot replay is set aside
+    summary = json.loads((cell / "cell.json").read_text())
+    summary["decisions"].append(0)
+    (cell / "cell.json").write_text(json.dumps(summary))
+    (out / "gmm16" / "timing.json").unlink()
+    assert main(["bench", "ops", "--suite", str(suite), "--output", str(out), "--quiet"]) == 0
+    assert "does not fit this design space" in capsys.readouterr().out
+    assert json.loads((out / "gmm16" / "evo-small-seed0-stale" / "cell.json").read_text()
+                      )["decisions"] == summary["decisions"]
+    assert json.loads((cell / "cell.json").read_text())["trials"] == 4
+    assert len(_records(cell)) == 4
+
     # the same directory measured another way is refused, naming what differs
     cold = ["--set", "measure.enable_cpu_cache_flush=true", "--set", "measure.repeat=3"]
     assert main(["bench", "ops", "--suite", str(suite), "--output", str(out), "--quiet",

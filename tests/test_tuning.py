@@ -3,6 +3,8 @@ correctness of the best program, and resume without re-measuring."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -10,6 +12,7 @@ import agents
 from altenv.measure import MeasureConfig, create
 from altenv.ops import run_numpy
 from altenv.records import RecordDB
+from altenv.space import StaleRecordError
 from altenv.tuning import Budget, OpTask, TuningSession, tune
 from altenv.tuning.transfer import carry_back, tuned_task, warm_start
 
@@ -73,6 +76,17 @@ def test_random_tuning_resumes_without_remeasuring(measurer, tmp_path):
     assert cold is not None and cold.cold and db2.final(task.key) is cold
     assert (tmp_path / "records.jsonl").read_text().count('"final"') == 3
     assert resumed.finalize(8, cold=True) is cold
+
+    # records written by a version whose design space had another shape: a clear refusal
+    lines = (tmp_path / "records.jsonl").read_text().splitlines()
+    data = json.loads(lines[0])
+    data["schedule"]["decisions"].append(0)
+    stale = tmp_path / "stale.jsonl"
+    stale.write_text("\n".join([json.dumps(data)] + lines[1:]) + "\n")
+    with RecordDB(stale) as db3, pytest.raises(StaleRecordError, match=(
+            rf"{stale}: cannot resume .* loop decisions does not fit this design space .* "
+            "tune into a new run directory")):
+        TuningSession(OpTask(SPEC, epilogue=("bias", "relu")), measurer, db3)
 
 
 def test_agent_registry_errors():

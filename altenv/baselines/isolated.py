@@ -7,10 +7,13 @@ TVM kernels in the same process; ``TVM_THREAD_POOL_SPIN_COUNT=0`` removes that b
 ~20 us to every TVM call). PyTorch baselines therefore run in a worker process (with
 OpenMP's default wait policy: ``OMP_WAIT_POLICY=PASSIVE`` made a 64-channel 3x3
 convolution 1.5x slower here); the timing process asks the worker for blocks of calls
-and the worker times them itself, so no inter-process latency enters the numbers. Each side
-lets its own thread pools park before the other side runs
-(:func:`~altenv.baselines.timing.wait_for_idle_threads`): spinning pool threads of one
-process made the other's program up to 15x slower.
+and the worker times them itself, so no inter-process latency enters the numbers. The
+timing process lets its own thread pools park before each block
+(:func:`~altenv.baselines.timing.wait_for_idle_threads`), which ends torch's occasional
+15x slowdowns; the worker does not wait likewise before it replies, as idle cores slow
+the next program down on this VM (torch's depthwise 960-channel convolution in three
+re-timings each: 0.46-0.71 ms with both processes waiting, 0.16-0.45 ms with the timer
+alone, 0.11-0.19 ms with neither).
 """
 
 from __future__ import annotations
@@ -26,8 +29,6 @@ from typing import IO, Any
 
 import cloudpickle
 import numpy as np
-
-from .timing import wait_for_idle_threads
 
 Setup = Callable[[], tuple[Callable[[], object], Callable[[], list[np.ndarray]]]]
 """Runs in the worker: returns ``(run, outputs)`` like a :class:`~altenv.baselines.Baseline`."""
@@ -61,9 +62,7 @@ def _serve(inp: IO[bytes], out: IO[bytes]) -> None:
                 start = time.perf_counter()
                 for _ in range(arg):
                     run()
-                seconds = (time.perf_counter() - start) / arg
-                wait_for_idle_threads()  # torch's OpenMP threads park before the next contender
-                _send(out, (True, seconds))
+                _send(out, (True, (time.perf_counter() - start) / arg))
             elif command == "outputs":
                 _send(out, (True, outputs()))
             else:

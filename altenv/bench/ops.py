@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..measure import MeasureConfig
+from ..space.loop_space import StaleRecordError
 from ..target import make_target
 from .suite import BenchSuite, OpEntry
 
@@ -115,6 +116,30 @@ def _tune_metaschedule_cell(suite: BenchSuite, entry: OpEntry, seed: int, path: 
             "best_tuning_latency_s": baseline.tuning.best_seconds, "history": history}
 
 
+def _set_aside(path: Path, err: StaleRecordError) -> None:
+    """Move a cell whose records this version cannot replay to ``<cell>-stale`` (replacing
+    an older one there), so that the cell is tuned again from scratch."""
+    stale = path.with_name(path.name + "-stale")
+    print(f"[bench] {path}: {err}; moved to {stale.name}, tuning the cell again")
+    if stale.exists():
+        shutil.rmtree(stale)
+    path.rename(stale)
+
+
+def _best_decodes(suite: BenchSuite, entry: OpEntry, summary: dict[str, Any], path: Path
+                  ) -> bool:
+    """Whether a finished agent cell's best still replays in this version's design space
+    (otherwise the cell is set aside)."""
+    from ..run import _schedule_of
+
+    try:
+        _schedule_of(entry.spec, entry.epilogue, suite.target, summary)
+    except StaleRecordError as err:
+        _set_aside(path, err)
+        return False
+    return True
+
+
 def tune_cell(suite: BenchSuite, entry: OpEntry, tuner: str, seed: int, output: Path,
               budget: int, measure: MeasureConfig, progress: bool = True) -> dict[str, Any]:
     """Tune one cell unless its ``cell.json`` says it is finished; returns that summary."""
@@ -122,12 +147,19 @@ def tune_cell(suite: BenchSuite, entry: OpEntry, tuner: str, seed: int, output: 
     done = path / "cell.json"
     if done.exists():
         summary = json.loads(done.read_text())
-        if summary.get("budget") == budget:
+        if summary.get("budget") == budget and (tuner == METASCHEDULE
+                                                or _best_decodes(suite, entry, summary, path)):
             return summary
     if tuner == METASCHEDULE:
         summary = _tune_metaschedule_cell(suite, entry, seed, path, budget, measure)
     else:
-        summary = _tune_agent_cell(suite, entry, tuner, seed, path, budget, measure, progress)
+        try:
+            summary = _tune_agent_cell(suite, entry, tuner, seed, path, budget, measure,
+                                       progress)
+        except StaleRecordError as err:
+            _set_aside(path, err)
+            summary = _tune_agent_cell(suite, entry, tuner, seed, path, budget, measure,
+                                       progress)
     summary.update(workload=entry.name, spec=entry.spec, tuner=tuner, seed=seed, budget=budget)
     done.write_text(json.dumps(summary, indent=1))
     return summary

@@ -1,7 +1,7 @@
 """Loop space over MetaSchedule design spaces: points, sampling, decoding, moves."""
 
 from altenv.space.intrin import tune_context_intrins
-from altenv.space.loop_space import LoopPoint, LoopSpace
+from altenv.space.loop_space import LoopPoint, LoopSpace, StaleRecordError
 from altenv.space.subspace import (
     CategoricalSubspace,
     ComputeLocationSubspace,
@@ -16,6 +16,7 @@ __all__ = [
     "DesignSubspace",
     "LoopPoint",
     "LoopSpace",
+    "StaleRecordError",
     "Subspace",
     "TileSubspace",
     "tune_context_intrins",

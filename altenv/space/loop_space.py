@@ -44,6 +44,11 @@ _TILE, _CATEGORICAL, _LOCATION = "SamplePerfectTile", "SampleCategorical", "Samp
 _EXPOSED = (_TILE, _CATEGORICAL, _LOCATION)
 
 
+class StaleRecordError(ValueError):
+    """A recorded point that does not fit the design space this version of altenv builds
+    for its layout (the rules that shape the space changed since it was recorded)."""
+
+
 @dataclass(frozen=True)
 class LoopPoint:
     """A point of a :class:`LoopSpace`: ``values[0] == (design_index,)``, then one tuple
@@ -546,10 +551,14 @@ class LoopSpace:
         return np.array([v for value in point.values for v in value], dtype=np.int64)
 
     def from_vector(self, vector: Sequence[int] | np.ndarray) -> LoopPoint:
-        """Inverse of :meth:`to_vector`."""
+        """Inverse of :meth:`to_vector`; :class:`StaleRecordError` when the vector has
+        another length (it was recorded from a differently built design space)."""
         flat = [int(v) for v in vector]
         if len(flat) != self.vector_size:
-            raise ValueError(f"from_vector: length {len(flat)}, expected {self.vector_size}")
+            raise StaleRecordError(
+                f"a recorded point of {len(flat)} loop decisions does not fit this design "
+                f"space of {self.vector_size}: it was recorded by a version of altenv that "
+                "built this layout's design space differently")
         values, at = [], 0
         for size in self.subspace_sizes:
             values.append(tuple(flat[at:at + size]))

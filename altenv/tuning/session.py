@@ -21,6 +21,7 @@ from tvm.s_tir import Schedule
 from ..costmodel import CostModel, extract_features
 from ..measure import MeasureCandidate, Measurer
 from ..records import Final, Record, RecordDB, candidate_key
+from ..space.loop_space import StaleRecordError
 from .task import Candidate, Factors, OpTask, freeze
 
 FEATURE_CACHE_SIZE = 10_000
@@ -91,7 +92,14 @@ class TuningSession:
         by_layout: dict[Factors, list[tuple[Candidate, float]]] = defaultdict(list)
         best = math.inf
         for record in self.db.records(self.task.key):
-            cand = self._candidate(record)
+            try:
+                cand = self._candidate(record)
+            except StaleRecordError as err:
+                raise StaleRecordError(
+                    f"{self.db.path}: cannot resume {self.task.key} (layout "
+                    f"{dict(record.layouts['factors'])}): {err}. Resume with the altenv "
+                    "version that wrote these records, or tune into a new run directory"
+                ) from err
             self._latency[cand] = record.median
             by_layout[cand.factors].append((cand, record.median))
             best = min(best, record.median)
