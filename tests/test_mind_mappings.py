@@ -83,6 +83,31 @@ def test_encoding_round_trips_and_projection_is_valid():
     assert codec.stats["projections"] == len(cands) + 12 * 2
 
 
+@pytest.mark.slow
+def test_projection_falls_back_to_the_nearest_sampled_point():
+    """On a CUDA space most roundings fail MetaSchedule's ``VerifyGPUCode`` (CPU spaces of
+    the fused operators round to valid points): the projection then takes the pool's
+    sampled valid point nearest to the vector's loop entries."""
+    task = OpTask(GMM, target="cuda")
+    codec = CandidateCodec(task, np.random.default_rng(0))
+    layout = task.default_factors()
+    space = task.space(layout)
+    rng = np.random.default_rng(1)
+    fell_back = 0
+    for _ in range(2):
+        v = rng.uniform(0, 1, INPUT_SIZE).astype(np.float32)
+        cand, rounded = codec.project(v, layout)
+        assert cand.factors == layout and space.is_valid(cand.point)
+        if rounded:
+            continue
+        fell_back += 1
+        pool = codec.pool(layout)
+        target = v[LOOP_SLICE][:space.vector_size]
+        distances = [((space.encode(p) - target) ** 2).sum() for p in pool]
+        assert cand.point == pool[int(np.argmin(distances))]
+    assert fell_back > 0 and codec.stats["fallbacks"] == fell_back
+
+
 def test_nearest_value_and_workload_features():
     sub = TileSubspace("t", extent=12, levels=3, max_innermost=2)
     for value in ((2, 3, 2), (12, 1, 1), (1, 6, 2)):
