@@ -32,8 +32,12 @@ def test_tune_model_export_and_load_with_plain_tvm(tmp_path, tiny_model):
     assert summary["trials"] == 24  # re-timing layouts inside the network costs no trials
     # round(0.15 x 24) = 4 trials held back, then handed to the tasks the scheduler picked
     assert sum(summary["task_scheduler"].values()) == 4
-    choices = json.loads((run / "in_network.json").read_text())
-    assert choices  # the first convolution pads the network input: a conversion to weigh
+    # in_network.json holds the tasks whose contenders were timed in the network; there is
+    # none when no task measured a second layout or each task's fastest reads its input as
+    # stored, which depends on measured latencies (a flake seen on an AVX2 host); the choice
+    # itself is tested deterministically in test_in_network.py
+    path = run / "in_network.json"
+    choices = json.loads(path.read_text()) if path.exists() else {}
     assert set(summary["speedup"]) == {"tvm-default", "torch"}
     best = json.loads((run / "best.json").read_text())
     assert {t["spec"].split(":")[0] for t in best["tasks"].values()} == {"c2d", "grp", "gmm"}
