@@ -1,7 +1,9 @@
 """XGBoost cost model on MetaSchedule's per-store features, normalized per workload.
 
 ALT §5.2.3: a tree ensemble predicts the throughput of decoded points so that only the
-top-k of a batch (8 of 128, §7) is measured on the device.
+top-k of a batch (8 of 128, §7) is measured on the device. Each store's row also
+describes the loop nest around the program's main computation (:func:`loop_nest_features`),
+which MetaSchedule's features leave out.
 """
 
 from __future__ import annotations
@@ -14,12 +16,22 @@ from pathlib import Path
 
 import numpy as np
 import xgboost as xgb
-from tvm.s_tir import Schedule
+from tvm import tirx
+from tvm.s_tir import SBlockRealize, Schedule
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.cost_model.xgb_model import PackSum, XGBConfig
 
 FAILED_COST = 1e10
 """Latency (s) recorded for a failed measurement: its label is then about zero."""
+
+PER_STORE_FEATURES = 164
+"""Length of MetaSchedule's ``PerStoreFeature`` row."""
+NEST_LOOPS = 12
+"""Loops of the main computation's nest that :func:`loop_nest_features` describes."""
+NEST_FEATURES = 3
+"""Features per loop: log2(extent + 1), whether it is a reduction loop, its kind."""
+FEATURE_LENGTH = PER_STORE_FEATURES + NEST_LOOPS * NEST_FEATURES
+"""Length of one row of :func:`extract_features`."""
 
 
 def top_k(scores: np.ndarray | Sequence[float], k: int = 8) -> np.ndarray:
@@ -32,8 +44,9 @@ def top_k(scores: np.ndarray | Sequence[float], k: int = 8) -> np.ndarray:
 def extract_features(context: ms.TuneContext, schedules: Sequence[Schedule],
                      extractor: ms.feature_extractor.FeatureExtractor | None = None,
                      ) -> list[np.ndarray]:
-    """MetaSchedule ``PerStoreFeature`` rows of each schedule: one float32 array of
-    shape (stores, features) per schedule."""
+    """Features of each schedule: one float32 array of shape (stores,
+    :data:`FEATURE_LENGTH`), MetaSchedule's ``PerStoreFeature`` row of each buffer store
+    followed by the program's :func:`loop_nest_features`."""
     if not schedules:
         return []
     extractor = extractor or ms.feature_extractor.PerStoreFeature()
@@ -41,7 +54,59 @@ def extract_features(context: ms.TuneContext, schedules: Sequence[Schedule],
         ms.MeasureCandidate(sch, ms.arg_info.ArgInfo.from_entry_func(sch.mod, True))
         for sch in schedules
     ]
-    return [t.numpy().astype(np.float32) for t in extractor.extract_from(context, candidates)]
+    rows = [t.numpy().astype(np.float32) for t in extractor.extract_from(context, candidates)]
+    return [np.concatenate([r, np.broadcast_to(loop_nest_features(sch), (len(r), NEST_LOOPS
+                                                                       * NEST_FEATURES))],
+                           axis=1) for r, sch in zip(rows, schedules, strict=True)]
+
+
+def loop_nest_features(sch: Schedule) -> np.ndarray:
+    """The :data:`NEST_LOOPS` innermost loops around the program's main computation (the
+    block with a reduction and the deepest nest), innermost first: ``log2(extent + 1)``,
+    whether the loop's variable feeds a reduction axis, and its kind (``ForKind + 1``);
+    zeros where the nest is shallower.
+
+    MetaSchedule's per-store features summarize each store's accesses, not the order and
+    split of the loops around it: of 200 measured programs of a grouped convolution (one
+    layout), 29 that differed only in where the spatial and reduction loops were split
+    had identical features, with latencies from 0.50 to 2.02 ms, so the cost model could
+    not tell them apart."""
+    func = next(f for f in sch.mod.functions.values() if isinstance(f, tirx.PrimFunc))
+    nests: list[tuple[SBlockRealize, list[tirx.For]]] = []
+    _collect_nests(func.body, [], nests)
+    reducing = [n for n in nests if any(int(iv.iter_type) == tirx.IterVar.CommReduce
+                                        for iv in n[0].block.iter_vars)]
+    out = np.zeros((NEST_LOOPS, NEST_FEATURES), dtype=np.float32)
+    if not nests:
+        return out.ravel()
+    realize, loops = max(reducing or nests, key=lambda n: len(n[1]))
+    reduction = {v.name for iv, value in zip(realize.block.iter_vars, realize.iter_values,
+                                             strict=True)
+                 if int(iv.iter_type) == tirx.IterVar.CommReduce
+                 for v in tirx.analysis.undefined_vars(value, [])}
+    for row, loop in zip(out, reversed(loops[-NEST_LOOPS:])):
+        extent = loop.extent.value if isinstance(loop.extent, tirx.IntImm) else 0
+        row[:] = (math.log2(extent + 1), loop.loop_var.name in reduction, int(loop.kind) + 1)
+    return out.ravel()
+
+
+def _collect_nests(stmt: tirx.Stmt, loops: list[tirx.For],
+                   out: list[tuple[SBlockRealize, list[tirx.For]]]) -> None:
+    """Every block realization under ``stmt`` with the loops around it, outermost first."""
+    if isinstance(stmt, SBlockRealize):
+        out.append((stmt, loops))
+        _collect_nests(stmt.block.body, loops, out)
+    elif isinstance(stmt, tirx.For):
+        _collect_nests(stmt.body, [*loops, stmt], out)
+    elif isinstance(stmt, tirx.SeqStmt):
+        for child in stmt.seq:
+            _collect_nests(child, loops, out)
+    elif isinstance(stmt, tirx.IfThenElse):
+        _collect_nests(stmt.then_case, loops, out)
+        if stmt.else_case is not None:
+            _collect_nests(stmt.else_case, loops, out)
+    elif hasattr(stmt, "body"):
+        _collect_nests(stmt.body, loops, out)
 
 
 @dataclass
@@ -174,6 +239,7 @@ class CostModel:
             "retrain_growth": self.retrain_growth,
             "trained_size": self._trained_size,
             "workloads": names,
+            "feature_length": FEATURE_LENGTH,
         }
         booster = (np.frombuffer(bytes(self.booster.save_raw("ubj")), dtype=np.uint8)
                    if self.booster is not None else np.zeros(0, dtype=np.uint8))
@@ -191,9 +257,15 @@ class CostModel:
 
     @classmethod
     def load(cls, path: str | Path) -> CostModel:
-        """Read a model written by :meth:`save`."""
+        """Read a model written by :meth:`save`; raises ``ValueError`` for a model whose
+        features are not this version's (:data:`FEATURE_LENGTH`)."""
         with np.load(path, allow_pickle=False) as data:
             settings = json.loads(str(data["settings"]))
+            length = settings.get("feature_length", PER_STORE_FEATURES)
+            if length != FEATURE_LENGTH:
+                raise ValueError(f"{path}: a cost model on {length} features per store, but "
+                                 f"this altenv extracts {FEATURE_LENGTH}; tune again to train "
+                                 "a new one")
             model = cls(
                 config=XGBConfig(**settings["config"]),
                 num_boost_round=settings["num_boost_round"],

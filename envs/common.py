@@ -25,7 +25,7 @@ import gymnasium as gym
 import numpy as np
 from tvm.s_tir import Schedule
 
-from altenv.costmodel import CostModel, extract_features
+from altenv.costmodel import FEATURE_LENGTH, CostModel, extract_features
 from altenv.layout import Layout
 from altenv.layout.primitives import Reorder, Split, Unfold
 from altenv.mapping import MappingTemplate
@@ -37,8 +37,8 @@ from altenv.tuning import Candidate, OpTask, TuningSession, freeze
 from altenv.tuning.task import Factors
 
 REWARD_SOURCES = ("measure", "cost_model")
-FEATURES = 164
-"""Length of MetaSchedule's ``PerStoreFeature`` vector."""
+FEATURES = FEATURE_LENGTH
+"""Length of a store's feature row (``altenv.costmodel.extract_features``)."""
 FEATURE_SCALE = 64.0
 """Per-store features are log2-scaled counts; dividing by this maps them into [0, 1]."""
 WORST_REWARD = -1.0
@@ -138,7 +138,7 @@ class Backend:
 
     # ------------------------------------------------------------------ evaluation
     def features(self, space: LoopSpace, points: Sequence[LoopPoint]) -> list[np.ndarray]:
-        """Per-store features of valid points (MetaSchedule ``PerStoreFeature``)."""
+        """Per-store features of valid points (``altenv.costmodel.extract_features``)."""
         return extract_features(space.context, [space.decode(p) for p in points])
 
     def scores(self, candidates: Sequence[Candidate], features: Sequence[np.ndarray],

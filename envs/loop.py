@@ -45,9 +45,10 @@ class LoopTuningEnv(TuningEnv):
 
     ## Observation Space
 
-    ``Box(0, 1, (space.vector_size + 328,), float32)``: ``space.encode(point)`` (tile
+    ``Box(0, 1, (space.vector_size + 400,), float32)``: ``space.encode(point)`` (tile
     factors as ``log(f) / log(extent)``, indices scaled), then the mean and the max over
-    buffer stores of MetaSchedule's 164 ``PerStoreFeature`` features of the program,
+    buffer stores of the program's 200 features (MetaSchedule's 164 ``PerStoreFeature``
+    features and 36 of the main loop nest, ``altenv.costmodel.extract_features``),
     divided by 64 (they are log2-scaled counts).
 
     ## Rewards

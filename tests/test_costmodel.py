@@ -1,15 +1,30 @@
-"""Cost model: ranking quality on measured records, workload normalization, save/load."""
+"""Cost model: loop-nest features, ranking quality on measured records, workload
+normalization, save/load."""
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pytest
 import tvm
 from tvm import te
+from tvm.s_tir import Schedule
 
-from altenv.costmodel import CostModel, extract_features, top_k
+from altenv.costmodel import (
+    FEATURE_LENGTH,
+    NEST_FEATURES,
+    NEST_LOOPS,
+    PER_STORE_FEATURES,
+    CostModel,
+    extract_features,
+    loop_nest_features,
+    top_k,
+)
 from altenv.space import LoopSpace
+from altenv.space.subspace import TileSubspace
 from altenv.target import make_target, target_cores, use_tvm_threads
+from altenv.tuning import OpTask
 
 SIZE = 128
 
@@ -136,6 +151,59 @@ def test_save_load_round_trip(layouts, tmp_path):
     np.testing.assert_allclose(loaded.predict(transposed), model.predict(transposed))
     loaded.update("mm64", transposed, [5e-3] * len(transposed))
     assert loaded.num_records == len(plain) + len(transposed)
+
+
+def test_a_model_saved_with_other_features_is_refused(layouts, tmp_path):
+    model = CostModel()
+    model.update("mm64", layouts[0], np.linspace(1e-3, 3e-3, len(layouts[0])))
+    path = tmp_path / "model.npz"
+    model.save(path)
+    with np.load(path) as data:  # as saved before the loop-nest features existed
+        arrays = dict(data)
+    settings = json.loads(str(arrays["settings"]))
+    del settings["feature_length"]
+    arrays["settings"] = np.array(json.dumps(settings))
+    arrays["rows"] = arrays["rows"][:, :PER_STORE_FEATURES]
+    np.savez_compressed(path, **arrays)
+    with pytest.raises(ValueError, match=f"164 features per store.*extracts {FEATURE_LENGTH}"):
+        CostModel.load(path)
+
+
+def test_loop_nest_features_describe_the_loops_around_the_reduction():
+    sch = Schedule(tvm.IRModule({"main": _matmul(32)}))
+    i, j, k = sch.get_loops(sch.get_sblock("C"))
+    i0, i1 = sch.split(i, [4, 8])
+    k0, k1 = sch.split(k, [8, 4])
+    sch.reorder(i0, j, k0, i1, k1)
+    sch.parallel(i0)
+    rows = loop_nest_features(sch).reshape(NEST_LOOPS, NEST_FEATURES)
+    # innermost first: k1, i1, k0, j, i0 (parallel); kinds are ForKind + 1
+    expected = [(4, 1, 1), (8, 0, 1), (8, 1, 1), (32, 0, 1), (4, 0, 2)]
+    np.testing.assert_allclose(rows[:5], [(np.log2(e + 1), r, kind) for e, r, kind in expected])
+    assert not rows[5:].any()
+
+
+@pytest.mark.slow
+def test_features_tell_apart_programs_one_tile_move_apart(target):
+    """Neighbours of sampled points of a grouped convolution (each one tile move away)
+    are distinct programs; the loop-nest features tell every two of them apart, also
+    where MetaSchedule's per-store features alone do not."""
+    task = OpTask("grp:I=16,O=16,groups=4,H=14,W=14,KH=3,KW=3,pad=1", target)
+    space = task.space(task.default_factors())
+    points = set()
+    for base in space.sample(3, seed=2):
+        points.add(base)
+        for index, sub in enumerate(space.subspaces):
+            if isinstance(sub, TileSubspace):
+                points.update(space.move(base, index, d) for d in range(1, sub.num_directions))
+    schedules = [s for s in map(space.decode, points) if s is not None]
+    programs = {s.mod.script() for s in schedules}
+    features = extract_features(space.context, schedules)
+    assert all(f.shape[1] == FEATURE_LENGTH for f in features)
+    ours = {f.tobytes() for f in features}
+    per_store = {f[:, :PER_STORE_FEATURES].tobytes() for f in features}
+    assert len(programs) > 50
+    assert len(ours) == len(programs) and len(per_store) <= len(ours)
 
 
 def test_top_k_picks_the_best_first():
