@@ -55,9 +55,8 @@ def extract_features(context: ms.TuneContext, schedules: Sequence[Schedule],
         for sch in schedules
     ]
     rows = [t.numpy().astype(np.float32) for t in extractor.extract_from(context, candidates)]
-    return [np.concatenate([r, np.broadcast_to(loop_nest_features(sch), (len(r), NEST_LOOPS
-                                                                       * NEST_FEATURES))],
-                           axis=1) for r, sch in zip(rows, schedules, strict=True)]
+    return [np.hstack([r, np.tile(loop_nest_features(sch), (len(r), 1))])
+            for r, sch in zip(rows, schedules, strict=True)]
 
 
 def loop_nest_features(sch: Schedule) -> np.ndarray:
