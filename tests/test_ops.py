@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from tvm import s_tir
 
 from altenv.layout import Layout, random_layout
 from altenv.ops import KINDS, LayoutTemplate, generate, parse_workload, run_numpy
@@ -157,6 +158,22 @@ def test_transposed_conv_does_no_wasted_work():
     op = operator_for(parse_workload("t2d:N=1,I=4,O=4,H=8,W=8,KH=4,KW=4,stride=2,pad=1"))
     # the reduction runs over ceil(K / stride) taps per dim, not K
     assert [e for _, e in op.reduce_extents()] == [4, 2, 2]
+
+
+def test_transposed_conv_survives_fused_outer_loops():
+    """Output rows split by an odd factor, the outer loops fused (as MetaSchedule's parallel
+    postprocessor does): TVM 0.27 flattened ``(h + pad) % stride`` in the weight's index and
+    lost the ``+ pad`` (wrong numbers); with the taps in output-phase order the read is
+    ``h % stride`` and the numbers are torch's."""
+    program = generate("t2d:N=1,I=4,O=4,H=7,W=7,KH=4,KW=4,stride=2,pad=1")
+    sch = s_tir.Schedule(program.func)
+    n, o, h, w, *_ = sch.get_loops(sch.get_sblock("t2d"))
+    h0, h1 = sch.split(h, [2, 7])
+    sch.reorder(n, o, w, h0, h1)
+    sch.fuse(w, h0)
+    raw = program.random_inputs(0)
+    np.testing.assert_allclose(run_numpy(program, raw, func=sch.mod), program.reference(raw),
+                               rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("spec, message", [

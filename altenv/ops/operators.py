@@ -207,6 +207,10 @@ class TransposedConv(Operator):
 
     ``out[y] = sum_{i, kq} data[(y + pad) // s - kq] * weight[i, o, (y + pad) % s + s * kq]``
     with ``kq < ceil(K / s)``: each output reads only the kernel taps that land on it.
+    Where ``K % s == 0`` the program's weight holds the taps in output-phase order
+    (:meth:`prepare`), so the tap read is ``y % s + s * kq``: TVM 0.27's iterator-map
+    simplification (``FlattenBuffer``) can drop the ``+ pad`` inside ``(... + pad) % s``
+    once MetaSchedule fuses the outer loops, which computed wrong numbers.
     """
 
     def __init__(self, workload: Workload):
@@ -267,18 +271,28 @@ class TransposedConv(Operator):
         for y, kq, k, v, p, (before, _) in zip(ys, kqs, self.kernel, self.stride, self.pad,
                                                self._halo()):
             rows.append((y + p) // v - kq + before)
-            tap = (y + p) % v + v * kq
-            taps.append(tap)
             if k % v:
+                tap = (y + p) % v + v * kq
                 conds.append(tap < k)
+            else:
+                tap = y % v + v * kq  # taps in output-phase order (prepare)
+            taps.append(tap)
         term = self.cast(read("data", [n, rc] + rows)) * self.cast(read("weight", [rc, o] + taps))
         if conds:
             term = tirx.if_then_else(tirx.all(*conds), term, tirx.const(0, self.out_dtype))
         return term
 
     def prepare(self, raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The data padded by its halo; the weight's taps in output-phase order along each
+        kernel axis with ``K % s == 0``: position ``f + s * kq`` holds tap
+        ``(f + pad) % s + s * kq``, the one output phase ``f`` reads (:meth:`body`)."""
+        weight = raw["weight"]
+        for axis, (k, v, p) in enumerate(zip(self.kernel, self.stride, self.pad), start=2):
+            if k % v == 0 and p % v:
+                weight = np.take(weight, [(t % v + p) % v + t - t % v for t in range(k)],
+                                 axis=axis)
         return {"data": np.pad(raw["data"], [(0, 0), (0, 0)] + self._halo()),
-                "weight": raw["weight"]}
+                "weight": weight}
 
     def reference(self, raw: dict[str, np.ndarray]) -> np.ndarray:
         fn = torch.nn.functional.conv_transpose3d if self.rank == 3 else \
