@@ -160,15 +160,18 @@ def test_transposed_conv_does_no_wasted_work():
     assert [e for _, e in op.reduce_extents()] == [4, 2, 2]
 
 
-def test_transposed_conv_survives_fused_outer_loops():
-    """Output rows split by an odd factor, the outer loops fused (as MetaSchedule's parallel
-    postprocessor does): TVM 0.27 flattened ``(h + pad) % stride`` in the weight's index and
-    lost the ``+ pad`` (wrong numbers); with the taps in output-phase order the read is
-    ``h % stride`` and the numbers are torch's."""
-    program = generate("t2d:N=1,I=4,O=4,H=7,W=7,KH=4,KW=4,stride=2,pad=1")
+@pytest.mark.parametrize("spec", ["t2d:N=1,I=4,O=4,H=7,W=7,KH=4,KW=4,stride=2,pad=1",
+                                  "t2d:N=1,I=4,O=4,H=7,W=7,KH=5,KW=5,stride=3,pad=1"],
+                         ids=["K%s==0", "K%s!=0"])
+def test_transposed_conv_survives_fused_outer_loops(spec):
+    """Output rows split into ``stride`` parts of 7, the outer loops fused (as MetaSchedule's
+    parallel postprocessor does): TVM 0.27 flattened ``(h + pad) % stride`` in the weight's
+    index and lost the ``+ pad`` (wrong numbers); with the taps in output-phase order, zero
+    past K, the read is ``h % stride`` and the numbers are torch's."""
+    program = generate(spec)
     sch = s_tir.Schedule(program.func)
     n, o, h, w, *_ = sch.get_loops(sch.get_sblock("t2d"))
-    h0, h1 = sch.split(h, [2, 7])
+    h0, h1 = sch.split(h, [program.op.stride[0], 7])
     sch.reorder(n, o, w, h0, h1)
     sch.fuse(w, h0)
     raw = program.random_inputs(0)

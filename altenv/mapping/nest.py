@@ -36,7 +36,7 @@ def loop_nest(workload: str | Workload) -> LoopNest:
     if isinstance(op, TransposedConv):  # a tap's kernel index depends on the output position
         loops = (Loop("n", "S", op.N), Loop("o", "S", op.O), *spatial, Loop("rc", "R", op.I),
                  *kernel)
-        gathers = tuple(g for s, k, e, K in zip(spatial, kernel, extents, op.kernel)
+        gathers = tuple(g for s, k, e, K in zip(spatial, kernel, extents, op.stored_kernel)
                         for g in (Stencil("data", s.name, k.name, e, affine=False),
                                   Stencil("weight", s.name, k.name, K, affine=False)))
         return LoopNest(loops, {"data": frozenset({"n", "rc"} | sp | kn),

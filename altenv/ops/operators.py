@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from tvm import tirx
 
 from ..layout import Window
 from .workload import Workload
@@ -207,10 +206,11 @@ class TransposedConv(Operator):
 
     ``out[y] = sum_{i, kq} data[(y + pad) // s - kq] * weight[i, o, (y + pad) % s + s * kq]``
     with ``kq < ceil(K / s)``: each output reads only the kernel taps that land on it.
-    Where ``K % s == 0`` the program's weight holds the taps in output-phase order
-    (:meth:`prepare`), so the tap read is ``y % s + s * kq``: TVM 0.27's iterator-map
-    simplification (``FlattenBuffer``) can drop the ``+ pad`` inside ``(... + pad) % s``
-    once MetaSchedule fuses the outer loops, which computed wrong numbers.
+    The program's weight holds ``s * ceil(K / s)`` taps per kernel axis in output-phase
+    order, zero past ``K`` (:meth:`prepare`), so the tap read is ``y % s + s * kq`` with no
+    bound check: TVM 0.27's iterator-map simplification (``FlattenBuffer``) can drop the
+    ``+ pad`` inside ``(... + pad) % s`` once MetaSchedule fuses the outer loops, which
+    computed wrong numbers.
     """
 
     def __init__(self, workload: Workload):
@@ -238,6 +238,11 @@ class TransposedConv(Operator):
         """Kernel taps per output phase, ``ceil(K / stride)``."""
         return tuple(-(-k // v) for k, v in zip(self.kernel, self.stride))
 
+    @property
+    def stored_kernel(self) -> tuple[int, ...]:
+        """Kernel taps per axis of the program's weight, ``stride * ceil(K / stride)``."""
+        return tuple(v * q for v, q in zip(self.stride, self.taps))
+
     def _halo(self) -> list[tuple[int, int]]:
         """Zero rows needed before/after each spatial input dim so every gather is in range."""
         halo = []
@@ -249,7 +254,8 @@ class TransposedConv(Operator):
 
     def input_shapes(self) -> dict[str, Shape]:
         padded = tuple(s + b + a for s, (b, a) in zip(self.spatial, self._halo()))
-        return {"data": (self.N, self.I) + padded, "weight": (self.I, self.O) + self.kernel}
+        return {"data": (self.N, self.I) + padded,
+                "weight": (self.I, self.O) + self.stored_kernel}
 
     def raw_shapes(self) -> dict[str, Shape]:
         return {"data": (self.N, self.I) + self.spatial, "weight": (self.I, self.O) + self.kernel}
@@ -267,29 +273,24 @@ class TransposedConv(Operator):
     def body(self, read: Read, out: list[Any], red: list[Any]) -> Any:
         n, o, *ys = out
         rc, *kqs = red
-        rows, taps, conds = [], [], []
-        for y, kq, k, v, p, (before, _) in zip(ys, kqs, self.kernel, self.stride, self.pad,
-                                               self._halo()):
-            rows.append((y + p) // v - kq + before)
-            if k % v:
-                tap = (y + p) % v + v * kq
-                conds.append(tap < k)
-            else:
-                tap = y % v + v * kq  # taps in output-phase order (prepare)
-            taps.append(tap)
-        term = self.cast(read("data", [n, rc] + rows)) * self.cast(read("weight", [rc, o] + taps))
-        if conds:
-            term = tirx.if_then_else(tirx.all(*conds), term, tirx.const(0, self.out_dtype))
-        return term
+        rows = [(y + p) // v - kq + before
+                for y, kq, v, p, (before, _) in zip(ys, kqs, self.stride, self.pad, self._halo())]
+        taps = [y % v + v * kq for y, kq, v in zip(ys, kqs, self.stride)]  # see prepare
+        return self.cast(read("data", [n, rc] + rows)) * self.cast(read("weight", [rc, o] + taps))
 
     def prepare(self, raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The data padded by its halo; the weight's taps in output-phase order along each
-        kernel axis with ``K % s == 0``: position ``f + s * kq`` holds tap
-        ``(f + pad) % s + s * kq``, the one output phase ``f`` reads (:meth:`body`)."""
+        kernel axis: position ``f + s * kq`` holds tap ``(f + pad) % s + s * kq``, the one
+        output phase ``f`` reads (:meth:`body`), or zero where that tap is past ``K``."""
         weight = raw["weight"]
-        for axis, (k, v, p) in enumerate(zip(self.kernel, self.stride, self.pad), start=2):
-            if k % v == 0 and p % v:
-                weight = np.take(weight, [(t % v + p) % v + t - t % v for t in range(k)],
+        for axis, (k, v, p, stored) in enumerate(
+                zip(self.kernel, self.stride, self.pad, self.stored_kernel), start=2):
+            if stored != k:
+                pad = [(0, 0)] * weight.ndim
+                pad[axis] = (0, stored - k)
+                weight = np.pad(weight, pad)
+            if p % v:
+                weight = np.take(weight, [(t % v + p) % v + t - t % v for t in range(stored)],
                                  axis=axis)
         return {"data": np.pad(raw["data"], [(0, 0), (0, 0)] + self._halo()),
                 "weight": weight}
