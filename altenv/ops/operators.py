@@ -285,13 +285,10 @@ class TransposedConv(Operator):
         weight = raw["weight"]
         for axis, (k, v, p, stored) in enumerate(
                 zip(self.kernel, self.stride, self.pad, self.stored_kernel), start=2):
-            if stored != k:
-                pad = [(0, 0)] * weight.ndim
-                pad[axis] = (0, stored - k)
-                weight = np.pad(weight, pad)
-            if p % v:
-                weight = np.take(weight, [(t % v + p) % v + t - t % v for t in range(stored)],
-                                 axis=axis)
+            zeros = [(0, 0)] * weight.ndim
+            zeros[axis] = (0, stored - k)
+            weight = np.take(np.pad(weight, zeros),
+                             [(t % v + p) % v + t - t % v for t in range(stored)], axis=axis)
         return {"data": np.pad(raw["data"], [(0, 0), (0, 0)] + self._halo()),
                 "weight": weight}
 
