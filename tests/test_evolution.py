@@ -78,6 +78,35 @@ def test_fewer_initial_layouts_then_the_best_two_in_turn(tmp_path):
         assert set(layouts) == set(agent._initial)  # no neighbours without explore_layout
 
 
+@pytest.mark.parametrize("joint, rounds", [(48, 2), (44, 1)])
+def test_a_second_round_of_initial_layouts_where_the_joint_stage_holds_three(
+        tmp_path, joint, rounds):
+    task = OpTask(C2D)
+    with RecordDB(tmp_path / "records.jsonl") as db:
+        _, agent = _tune(task, db, Budget(joint, 0), explore_layout=0.0)
+        layouts = [freeze(r.layouts["factors"]) for r in db.records(task.key)]
+        assert len(agent._initial) == 4  # 4 batches of top_k 4 a round: 3 rounds in 48
+        one_round = [f for f in agent._initial for _ in range(4)]
+        assert layouts[:16 * rounds] == one_round * rounds
+        assert len(set(layouts[16 * rounds:])) <= 2  # then the best two in turn
+
+
+def test_killed_second_round_resumes_from_its_records(tmp_path):
+    task = OpTask(C2D)
+
+    def kill(session):
+        if session.trials >= 20:  # in the second round
+            raise KeyboardInterrupt
+
+    with RecordDB(tmp_path / "records.jsonl") as db, pytest.raises(KeyboardInterrupt):
+        _tune(task, db, Budget(48, 0), callbacks=[kill], explore_layout=0.0,
+              initial_rounds=2)
+    with RecordDB(tmp_path / "records.jsonl") as db:
+        _, agent = _tune(task, db, Budget(48, 0), explore_layout=0.0)  # same seed: same draws
+        layouts = [freeze(r.layouts["factors"]) for r in db.records(task.key)]
+        assert layouts[:32] == [f for f in agent._initial for _ in range(4)] * 2
+
+
 def test_evolved_batches_are_valid_and_ranked(tmp_path):
     task = OpTask(C2D)
     with RecordDB(tmp_path / "records.jsonl") as db:
@@ -211,6 +240,7 @@ def test_bad_epsilon():
 
 @pytest.mark.parametrize("options, message", [
     ({"initial_layouts": 0}, "initial_layouts must be >= 1 or None, got 0"),
+    ({"initial_rounds": 0}, "initial_rounds must be >= 1 or None, got 0"),
     ({"layout_draws": "eq2"}, "layout_draws must be one of solver, actions, got 'eq2'"),
 ])
 def test_bad_layout_options(options, message):
