@@ -102,7 +102,8 @@ def test_killed_second_round_resumes_from_its_records(tmp_path):
         _tune(task, db, Budget(48, 0), callbacks=[kill], explore_layout=0.0,
               initial_rounds=2)
     with RecordDB(tmp_path / "records.jsonl") as db:
-        _, agent = _tune(task, db, Budget(48, 0), explore_layout=0.0)  # same seed: same draws
+        _, agent = _tune(task, db, Budget(48, 0), explore_layout=0.0,
+                         initial_rounds=2)  # same seed: same draws
         layouts = [freeze(r.layouts["factors"]) for r in db.records(task.key)]
         assert layouts[:32] == [f for f in agent._initial for _ in range(4)] * 2
 
