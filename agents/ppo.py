@@ -1,42 +1,53 @@
-"""``ppo``: ALT's PPO cross exploration (§5.2) driven by stable-baselines3.
+"""``ppo``: ALT's PPO cross exploration (§5.2) with one actor-critic, pretrained by default.
 
-Two SB3 ``PPO`` models:
+One sb3-contrib ``MaskablePPO`` policy acts on ``altenv/CrossExploration-v0``: its layout
+heads are ALT's layout actor, its loop heads the loop actors, and its single value head
+the critic they share (§5.2.2). A run tunes in ALT's two stages:
 
-* the **layout actor** learns on ``altenv/JointTuning-v0`` bound to the run's session:
-  each step picks the template's split factors (Eq. 2), the layout's loop space is
-  explored for a few rounds and the best *measured* latency is the reward (Fig. 8);
-* the **loop actors** are one ``MultiDiscrete`` policy: a categorical head per loop
-  subspace giving its direction, and one value head, so all actors share one critic
-  (§5.2.2). It walks from the best of a sampled batch, rewarded by the cost model, and
-  only the top-k points of an episode are measured (§7). Padded to fixed shapes
-  (``envs.wrappers``), one loop model serves every layout and workload.
+* **joint stage**: the policy picks layouts and walks their loop spaces; each layout
+  visit measures its ``top_k`` best-predicted points, and the visit's return is its
+  measured throughput, so the layout actor learns from measurements inside the run;
+* **loop-only stage**: the best layout fixed, the loop actors keep walking and learning;
+* with a budget of at most ``zero_shot_budget`` trials there is nothing to learn from:
+  the policy searches on the cost model alone for ``zero_shot_seconds`` and the best
+  few predicted candidates are measured.
 
-The joint stage runs the layout actor (the loop actor walks inside each layout step);
-the loop-only stage fixes the best layout and trains the loop actor on it. Both models
-save to a checkpoint directory; ``checkpoint=`` loads one (PPO-Pret, ALT §7.3.1).
+By default the agent starts from the shipped checkpoint (:mod:`altenv.pretrained`): a
+policy pretrained on cost-model rewards across drawn workloads and the cross-workload
+cost model it was trained with, which the run's cost model then continues from (ALT
+§7.3.1's PPO-Pret). ``checkpoint=None`` starts from scratch (PPO-woPret).
 """
 
 from __future__ import annotations
 
-import json
+import importlib
+import math
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from stable_baselines3 import PPO
+import torch
+from sb3_contrib import MaskablePPO
 from stable_baselines3.common.callbacks import BaseCallback
 
+from altenv import pretrained
+from altenv.costmodel import CostModel
 from altenv.tuning.loop import Budget, propose_and_measure
 from altenv.tuning.session import TuningSession
 from altenv.tuning.task import Candidate, Factors
-from envs.joint import JointTuningEnv
-from envs.loop import LoopTuningEnv
-from envs.wrappers import LoopActor, PaddedLoop
+from envs.cross import ACTION_NVEC, OBS_SIZE, CrossExplorationEnv
 
 from .base import Agent, register
+from .checkpoint import has_policy, load_policy, save_policy
 
 FOREVER = 10**9
+PRETRAINED = "pretrained"
+"""``checkpoint=`` value of the shipped checkpoint (:data:`altenv.pretrained.PPO_CHECKPOINT`)."""
+ACTIVATIONS = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU, "elu": torch.nn.ELU,
+               "leaky_relu": torch.nn.LeakyReLU, "gelu": torch.nn.GELU}
+DEFAULT_POLICY_KWARGS: dict[str, Any] = {"net_arch": {"pi": [256, 128], "vf": [256, 128]}}
 
 
 class _UntilBudget(BaseCallback):
@@ -58,138 +69,278 @@ class _UntilBudget(BaseCallback):
         return self.session.trials < self.limit and self._idle < self.patience
 
 
+def _import(name: str) -> Any:
+    module, _, attr = name.partition(":")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as err:
+        raise ValueError(f"ppo: cannot import {name!r} ({err})") from err
+
+
+def resolve_policy_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """SB3 ``policy_kwargs`` from config data: ``activation_fn`` by name (``tanh``, ``relu``,
+    ...), classes (``*_class``) as ``module:Class`` strings (user code the config names)."""
+    out = dict(kwargs)
+    if isinstance(out.get("activation_fn"), str):
+        name = out["activation_fn"]
+        if name not in ACTIVATIONS:
+            raise ValueError(f"ppo: policy_kwargs.activation_fn {name!r}; allowed: "
+                             f"{', '.join(ACTIVATIONS)}")
+        out["activation_fn"] = ACTIVATIONS[name]
+    for key, value in kwargs.items():
+        if key.endswith("_class") and isinstance(value, str):
+            out[key] = _import(value)
+    return out
+
+
 @register("ppo")
 class PPOAgent(Agent):
-    """PPO layout and loop actors (ALT §5.2).
+    """ALT's cross exploration with one masked PPO actor-critic.
 
     Parameters
     ----------
     seed:
-        Seed of both models and of the environments.
+        Seed of the model and the environments.
     checkpoint:
-        A directory written by :meth:`save` (pretrained models) or ``None``.
-    loop_rounds, walk_length:
-        Loop rounds per layout step and random-walk steps per round (joint stage).
-    layout_episode:
-        Layout steps per episode (and per PPO update) of the layout actor.
-    loop_episode:
-        Steps per loop episode (and per PPO update) of the loop actor.
-    learning_rate, gamma:
-        PPO hyper-parameters of both models.
+        ``"pretrained"`` (the shipped checkpoint, where there is one), a directory written
+        by :meth:`save` or ``altenv train``, or ``None`` (no pretraining).
+    episode_layouts, loop_rounds, walk_length:
+        Layout visits per episode, sampled rounds per visit and loop steps per round
+        (``altenv/CrossExploration-v0``).
+    n_steps, batch_size, n_epochs, learning_rate, gamma, gae_lambda, ent_coef:
+        PPO hyper-parameters (SB3's meanings); ``n_steps`` environment steps per update.
+    policy, policy_kwargs:
+        SB3's policy (``"MlpPolicy"`` or ``"module:Class"``, a ``MaskableActorCriticPolicy``
+        subclass) and its keyword arguments (``activation_fn`` by name, ``*_class`` entries
+        as ``"module:Class"``), e.g. a features extractor of one's own.
+    zero_shot_budget, zero_shot_seconds:
+        Budgets up to ``zero_shot_budget`` trials are tuned without learning: the policy
+        searches the cost model for ``zero_shot_seconds``, then the best predicted few
+        are measured.
+    learn:
+        Whether the policy keeps learning during a run (``False``: it only acts).
     tensorboard_log:
         Directory for SB3's TensorBoard logs.
     """
 
-    def __init__(self, seed: int = 0, checkpoint: str | None = None, loop_rounds: int = 2,
-                 walk_length: int = 32, layout_episode: int = 4, loop_episode: int = 64,
-                 learning_rate: float = 3e-4, gamma: float = 0.9,
+    def __init__(self, seed: int = 0, checkpoint: str | None = PRETRAINED,
+                 episode_layouts: int = 4, loop_rounds: int = 2, walk_length: int = 16,
+                 n_steps: int = 64, batch_size: int = 64, n_epochs: int = 4,
+                 learning_rate: float = 3e-4, gamma: float = 0.99, gae_lambda: float = 0.95,
+                 ent_coef: float = 0.01, policy: str = "MlpPolicy",
+                 policy_kwargs: dict[str, Any] | None = None, zero_shot_budget: int = 16,
+                 zero_shot_seconds: float = 10.0, learn: bool = True,
                  tensorboard_log: str | None = None):
         self.seed = seed
-        self.loop_rounds, self.walk_length = loop_rounds, walk_length
-        self.layout_episode, self.loop_episode = layout_episode, loop_episode
-        self.ppo_kwargs = {"learning_rate": learning_rate, "gamma": gamma, "seed": seed,
-                           "tensorboard_log": tensorboard_log, "verbose": 0, "device": "cpu"}
-        self.layout_models: dict[str, PPO] = {}
-        self.loop_model: PPO | None = None
-        self._checkpoint = Path(checkpoint) if checkpoint else None
+        self.env_options = {"episode_layouts": episode_layouts, "loop_rounds": loop_rounds,
+                            "walk_length": walk_length}
+        self.ppo_options = {"n_steps": n_steps, "batch_size": batch_size, "n_epochs": n_epochs,
+                            "learning_rate": learning_rate, "gamma": gamma,
+                            "gae_lambda": gae_lambda, "ent_coef": ent_coef}
+        self.policy_name = policy
+        self.policy_kwargs = dict(DEFAULT_POLICY_KWARGS if policy_kwargs is None
+                                  else policy_kwargs)
+        self.zero_shot_budget, self.zero_shot_seconds = zero_shot_budget, zero_shot_seconds
+        self.learn_in_run = learn
+        self.tensorboard_log = tensorboard_log
+        self.checkpoint = self._checkpoint_dir(checkpoint)
+        self.model: MaskablePPO | None = None
+        self.base: CostModel | None = (pretrained.cost_model(self.checkpoint)
+                                       if self.checkpoint else None)
+        self.updates: dict[str, int] = {"joint": 0, "loop": 0, "pretrain": 0}
         self.rng = np.random.default_rng(seed)
-
-    # ----------------------------------------------------------------- models
-    def _model(self, key: str, env: Any, n_steps: int) -> PPO:
-        """The model for ``key``: reused, loaded from the checkpoint, or new."""
-        current = self.loop_model if key == "loop" else self.layout_models.get(key)
-        if current is not None:
-            current.set_env(env)
-            return current
-        path = self._checkpoint / f"{key}.zip" if self._checkpoint else None
-        if path is not None and path.exists():
-            model = PPO.load(path, env=env, device="cpu", **{
-                k: v for k, v in self.ppo_kwargs.items() if k in ("tensorboard_log", "seed")})
-        else:
-            model = PPO("MlpPolicy", env, n_steps=n_steps, batch_size=n_steps, n_epochs=10,
-                        **self.ppo_kwargs)
-        if key == "loop":
-            self.loop_model = model
-        else:
-            self.layout_models[key] = model
-        return model
+        self._warned: set[str] = set()
 
     @staticmethod
-    def layout_key(env: JointTuningEnv) -> str:
-        """Layout models are per template shape (e.g. all C2Ds share one)."""
-        obs, act = env.observation_space.shape[0], env.action_space.shape[0]
-        return f"layout-{env.task.workload.kind}-{obs}x{act}"
-
-    def _loop_actor(self) -> Callable[..., np.ndarray] | None:
-        if self.loop_model is None:
+    def _checkpoint_dir(checkpoint: str | None) -> Path | None:
+        if checkpoint is None:
             return None
-        model = self.loop_model
-        return LoopActor(lambda obs: model.predict(obs, deterministic=False)[0])
+        if checkpoint == PRETRAINED:
+            path = pretrained.PPO_CHECKPOINT
+            return path if has_policy(path) else None
+        path = Path(checkpoint)
+        if not path.is_dir():
+            raise ValueError(f"ppo: checkpoint {checkpoint!r} is not a directory")
+        return path if has_policy(path) else None
+
+    # ----------------------------------------------------------------- model
+    def _settings(self) -> dict[str, Any]:
+        """What a checkpoint must share with this agent to load (the env's spaces are
+        fixed by its class, whatever the workload)."""
+        return {"algorithm": "MaskablePPO", "policy": self.policy_name,
+                "policy_kwargs": self.policy_kwargs, "env": "altenv/CrossExploration-v0",
+                "observation": [OBS_SIZE], "action_nvec": ACTION_NVEC}
+
+    def model_for(self, env: Any) -> MaskablePPO:
+        """The policy on ``env`` (a Gymnasium env or an SB3 VecEnv): reused, made and
+        loaded from the checkpoint, or new."""
+        previous = self.model
+        n_envs = getattr(env, "num_envs", 1)
+        if previous is not None and previous.n_envs == n_envs:
+            previous.set_env(env)
+            return previous
+        policy = self.policy_name if ":" not in self.policy_name else _import(self.policy_name)
+        self.model = MaskablePPO(policy, env, policy_kwargs=resolve_policy_kwargs(
+            self.policy_kwargs), seed=self.seed, tensorboard_log=self.tensorboard_log,
+            verbose=0, device="cpu", **self.ppo_options)
+        if previous is not None:  # SB3 models keep their number of envs: carry the policy over
+            self.model.policy.load_state_dict(previous.policy.state_dict())
+            self.model.num_timesteps = previous.num_timesteps
+        elif self.checkpoint is not None:
+            settings = self._settings()
+            loaded = load_policy(self.model.policy, self.checkpoint,
+                                 {k: settings[k] for k in ("policy", "policy_kwargs",
+                                                           "observation", "action_nvec")})
+            self.updates["pretrain"] = int(loaded.get("updates", 0))
+        return self.model
+
+    def setup(self, session: TuningSession) -> None:
+        """Start the session's cost model from the checkpoint's cross-workload model."""
+        if self.checkpoint is None or self.base is None:
+            return
+        key = str(self.checkpoint)
+        if key not in self._warned:
+            pretrained.warn_host_mismatch(self.checkpoint, session.task.target)
+            self._warned.add(key)
+        session.cost_model.adopt(self.base)
 
     # --------------------------------------------------------------- stages
     def run(self, session: TuningSession, budget: Budget, batch: int, top_k: int,
             report: Callable[[TuningSession], None]) -> None:
-        if session.trials < budget.joint:
-            self.joint_stage(session, budget.joint, batch, top_k, report)
-        if session.best[0] is not None and session.trials < budget.total:
-            self.loop_stage(session, budget.total, batch, top_k, report)
+        self.setup(session)
+        if budget.total <= self.zero_shot_budget:
+            self.zero_shot(session, budget.total - session.trials, batch, report)
+        else:
+            if session.trials < budget.joint:
+                self._learn(session, budget.joint, batch, top_k, report, None, "joint")
+            best = session.best[0]
+            if best is not None and session.trials < budget.total:
+                self._learn(session, budget.total, batch, top_k, report, best.factors, "loop")
         # whatever the actors left unspent (e.g. a walk that found nothing new)
         propose_and_measure(session, self, budget, batch, top_k, report)
 
-    def joint_stage(self, session: TuningSession, limit: int, batch: int, top_k: int,
-                    report: Callable[[TuningSession], None]) -> None:
-        """Cross exploration: the layout actor learns from measured loop rounds. The
-        session measures no more than ``limit`` trials meanwhile: one step measures several
-        loop rounds, and the stage would otherwise eat into the loop-only stage's trials."""
+    def _env(self, session: TuningSession, batch: int, top_k: int,
+             layout: Factors | None, reward_source: str = "measure") -> CrossExplorationEnv:
+        return CrossExplorationEnv(session=session, reward_source=reward_source, batch=batch,
+                                   top_k=top_k, layout=layout, **self.env_options)
+
+    def _learn(self, session: TuningSession, limit: int, batch: int, top_k: int,
+               report: Callable[[TuningSession], None], layout: Factors | None,
+               stage: str) -> None:
+        """One stage: the policy acts (and learns) on measured rewards until the session
+        holds ``limit`` trials. The session measures no more than ``limit`` meanwhile: a
+        visit measures ``top_k`` at once and would otherwise eat into the next stage."""
         outer = session.limit
         session.limit = limit if outer is None else min(limit, outer)
+        env = self._env(session, batch, top_k, layout)
+        visit = 1 + self.env_options["loop_rounds"] * self.env_options["walk_length"]
+        until = _UntilBudget(session, limit, report, patience=4 * visit)
         try:
-            self._joint_learn(session, limit, batch, top_k, report)
+            env.reset(seed=int(self.rng.integers(1 << 31)))
+            model = self.model_for(env)
+            if self.learn_in_run:
+                before = model.num_timesteps
+                model.learn(FOREVER, callback=until, reset_num_timesteps=False,
+                            tb_log_name=stage)
+                self.updates[stage] += (model.num_timesteps - before) // model.n_steps
+            else:
+                self._act(env, until)
         finally:
             session.limit = outer
+            env.close()
 
-    def _joint_learn(self, session: TuningSession, limit: int, batch: int, top_k: int,
-                     report: Callable[[TuningSession], None]) -> None:
-        actor = self._loop_actor()
-        env = JointTuningEnv(session.task, session=session, episode_length=self.layout_episode,
-                             batch=batch, top_k=top_k, loop_rounds=self.loop_rounds,
-                             walk_length=self.walk_length,
-                             **({"loop_policy": actor} if actor else {}))
-        env.reset(seed=self.seed)
-        model = self._model(self.layout_key(env), env, self.layout_episode)
-        model.learn(FOREVER, callback=_UntilBudget(session, limit, report, patience=8),
-                    reset_num_timesteps=False, tb_log_name="layout")
-        env.close()
+    def _act(self, env: CrossExplorationEnv, until: Callable[[], bool] | BaseCallback,
+             deterministic: bool = False) -> None:
+        """Run the policy on ``env`` without learning until ``until`` says stop."""
+        assert self.model is not None
+        obs, _ = env.reset(seed=int(self.rng.integers(1 << 31)))
+        if isinstance(until, BaseCallback):
+            until.init_callback(self.model)
+            go = until.on_step
+        else:
+            go = until
+        while True:
+            action, _ = self.model.predict(obs, action_masks=env.action_masks(),
+                                           deterministic=deterministic)
+            obs, _, _, truncated, _ = env.step(action)
+            if not go():
+                return
+            if truncated:
+                obs, _ = env.reset()
 
-    def loop_stage(self, session: TuningSession, limit: int, batch: int, top_k: int,
-                   report: Callable[[TuningSession], None]) -> None:
-        """Loop-only stage: the best layout fixed, the loop actors learn on it."""
-        best = session.best[0]
-        env = PaddedLoop(LoopTuningEnv(session.task, layout=dict(best.factors), session=session,
-                                       batch=batch, episode_length=self.loop_episode,
-                                       top_k=top_k))
-        env.reset(seed=self.seed)
-        model = self._model("loop", env, self.loop_episode)
-        model.learn(FOREVER, callback=_UntilBudget(session, limit, report,
-                                                   patience=3 * self.loop_episode),
-                    reset_num_timesteps=False, tb_log_name="loop")
-        env.close()
+    def zero_shot(self, session: TuningSession, n: int, batch: int,
+                  report: Callable[[TuningSession], None]) -> list[Candidate]:
+        """Search with cost-model rewards only for ``zero_shot_seconds``, then measure the
+        ``n`` best-predicted new candidates (at most half of them of one layout, as the
+        cost model is least sure across layouts). Returns the measured candidates."""
+        if n <= 0:
+            return []
+        env = self._env(session, batch, 1, None, reward_source="cost_model")
+        self.model_for(env)
+        scores: dict[Candidate, float] = {}
+        deadline = time.perf_counter() + self.zero_shot_seconds
+
+        def collect() -> bool:
+            scores.update(env.visited)
+            return time.perf_counter() < deadline
+
+        try:
+            self._act(env, collect)
+        finally:
+            env.close()
+        ranked = sorted((c for c in scores if session.measured(c) is None),
+                        key=scores.__getitem__, reverse=True)
+        chosen: list[Candidate] = []
+        per_layout: dict[Factors, int] = {}
+        cap = max(math.ceil(n / 2), 1)
+        for cand in ranked:
+            if per_layout.get(cand.factors, 0) < cap:
+                chosen.append(cand)
+                per_layout[cand.factors] = per_layout.get(cand.factors, 0) + 1
+            if len(chosen) == n:
+                break
+        session.measure(chosen)
+        report(session)
+        return chosen
 
     def propose(self, session: TuningSession, n: int, layout: Factors | None
                 ) -> list[Candidate]:
-        """Fallback batches once the actors stop finding new points: samples of the best
+        """Fallback batches once the policy stops finding new points: samples of the best
         (or a random) layout's loop space."""
         factors = layout if layout is not None else session.task.random_factors(self.rng)
         return [Candidate(factors, p) for p in session.task.space(factors).sample(n, self.rng)]
 
+    # ------------------------------------------------------------ pretraining
+    def pretrain(self, make_env: Callable[[], Any], timesteps: int, callback: Any = None
+                 ) -> float:
+        """Learn for ``timesteps`` environment steps on the (vectorized) env ``make_env()``
+        returns, e.g. ``altenv/CrossExploration-v0`` copies with cost-model rewards over
+        many workloads; returns environment steps per second."""
+        env = make_env()
+        try:
+            model = self.model_for(env)
+            start, before = time.perf_counter(), model.num_timesteps
+            model.learn(timesteps, callback=callback, reset_num_timesteps=False,
+                        tb_log_name="pretrain")
+            self.updates["pretrain"] += (model.num_timesteps - before) // (
+                model.n_steps * model.n_envs)
+            return (model.num_timesteps - before) / (time.perf_counter() - start)
+        finally:
+            env.close()
+
     # ------------------------------------------------------------ checkpoints
     def save(self, path: str | Path) -> None:
-        """Write every model to ``path/<key>.zip`` and an index ``path/models.json``."""
+        """Write the policy (``policy.npz`` + ``policy.json``) and the cross-workload cost
+        model it started from (``costmodel.npz``, booster only) to ``path``."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        models = dict(self.layout_models)
-        if self.loop_model is not None:
-            models["loop"] = self.loop_model
-        for key, model in models.items():
-            model.save(path / f"{key}.zip")
-        (path / "models.json").write_text(json.dumps(sorted(models), indent=1))
+        if self.model is not None:
+            save_policy(self.model.policy, path, {
+                **self._settings(), "timesteps": int(self.model.num_timesteps),
+                "updates": int(sum(self.updates.values()))})
+        if self.base is not None:
+            self.base.save(path / pretrained.COST_MODEL, records=False)
+
+    def use_cost_model(self, model: CostModel) -> None:
+        """Make ``model`` (trained) the cross-workload cost model runs start from."""
+        self.base = model

@@ -44,11 +44,11 @@ def _tune(args: argparse.Namespace) -> int:
 
 def _train(args: argparse.Namespace) -> int:
     from .config import TrainConfig, load_config
-    from .run import train_workloads
+    from .pipeline.train import train
 
     cfg = load_config(args.config, TrainConfig, output_dir=args.output_dir, seed=args.seed,
                       **_set_options(args.set))
-    checkpoint = train_workloads(cfg, progress=not args.quiet)
+    checkpoint = train(cfg, progress=not args.quiet)
     print(f"trained agent saved to {checkpoint}; use it with\n  agent: {{name: "
           f"{cfg.agent.name}, options: {{checkpoint: {checkpoint}}}}}")
     return 0

@@ -205,17 +205,82 @@ class RunConfig(_Run):
         return self
 
 
-class TrainConfig(_Run):
-    """Pretraining (``altenv train CONFIG``): one agent tunes each workload in turn with
-    ``budget`` trials apiece and is saved for later runs (ALT §7.3.1, PPO-Pret)."""
+class DrawConfig(Strict):
+    """Workloads drawn as ALT §7.1 draws its test cases (:func:`altenv.ops.draw.draw_workloads`),
+    never one of a benchmark suite's."""
 
-    workloads: list[str] = Field(min_length=1)
+    count: int = Field(ge=1)
+    seed: int = 0
+    kinds: list[str] | None = None
+    max_gflop: float = Field(0.4, gt=0)
+
+    @field_validator("kinds")
+    @classmethod
+    def _kinds(cls, value: list[str] | None) -> list[str] | None:
+        from .ops import KINDS
+
+        bad = sorted(set(value or ()) - set(KINDS))
+        if bad or value == []:
+            raise ValueError(f"unknown kinds {bad or '[]'}; allowed: {', '.join(KINDS)}")
+        return value
+
+    def draw(self, exclude: set[str]) -> list[str]:
+        from .ops.draw import draw_workloads
+        from .ops.workload import KINDS
+
+        return draw_workloads(self.count, self.seed, self.kinds or KINDS, self.max_gflop,
+                              exclude)
+
+
+class CorpusConfig(Strict):
+    """A measured corpus for the cross-workload cost model: ``trials`` candidates of each
+    drawn workload, plus the records files in ``records`` (other runs', bench cells');
+    ``holdout`` of the workloads are held out once to report ranking quality."""
+
+    draw: DrawConfig
+    trials: int = Field(48, ge=1)
+    records: list[str] = Field(default_factory=list)
+    holdout: float = Field(0.2, ge=0.0, lt=1.0)
+
+
+class PretrainConfig(Strict):
+    """Policy pretraining on cost-model rewards over drawn workloads (nothing measured):
+    ``timesteps`` environment steps over ``envs`` parallel environments, ``batch`` loop
+    points sampled per round."""
+
+    draw: DrawConfig
+    timesteps: int = Field(ge=1)
+    envs: int = Field(2, ge=1)
+    batch: int = Field(32, ge=1)
+
+
+class TrainConfig(_Run):
+    """Training (``altenv train CONFIG``), in stages, each resumable: a measured
+    ``corpus`` and the cross-workload cost model fitted to it; ``pretrain``-ing the
+    policy on that model's rewards; then the agent tunes each of ``workloads`` (and the
+    complex tasks of ``models``) in turn with ``budget`` measured trials apiece (ALT
+    §7.3.1, PPO-Pret). The agent is saved to ``<run>/checkpoint`` with a card, and copied
+    to ``publish`` when given (the shipped checkpoint: ``altenv/pretrained/ppo``)."""
+
+    workloads: list[str] = Field(default_factory=list)
+    models: list[str] = Field(default_factory=list)
+    model_options: dict[str, Any] = Field(default_factory=dict)
+    corpus: CorpusConfig | None = None
+    pretrain: PretrainConfig | None = None
+    publish: str | None = None
     agent: AgentConfig = Field(default_factory=lambda: AgentConfig(name="ppo"))
 
     @field_validator("workloads")
     @classmethod
     def _workloads(cls, value: list[str]) -> list[str]:
         return [_spec(w) for w in value]
+
+    @model_validator(mode="after")
+    def _something(self) -> TrainConfig:
+        if not (self.workloads or self.models or self.corpus or self.pretrain):
+            raise ValueError("give at least one of 'workloads', 'models', 'corpus' and "
+                             "'pretrain'")
+        return self
 
 
 def _one_line(err: ValidationError, source: str) -> str:

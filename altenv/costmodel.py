@@ -121,7 +121,8 @@ class _Group:
 
 
 class CostModel:
-    """XGBoost throughput model trained online from measured records.
+    """XGBoost throughput model trained online from measured records, optionally on top
+    of a pretrained cross-workload model.
 
     Features are MetaSchedule's ``PerStoreFeature`` rows (one per buffer store) and the
     training format is MetaSchedule's pack-sum (``PackSum``: a program's score is the
@@ -147,6 +148,12 @@ class CostModel:
         training (0 retrains on every update), as MetaSchedule's adaptive training.
     seed : int
         Seed of the random scores returned before the first training.
+    base : CostModel, optional
+        A pretrained model (e.g. :func:`altenv.pretrained.cost_model`) this one starts
+        from: it predicts with the base until it has records, and each training adds trees
+        that correct the base on its own records (boosting continued from the base's
+        margins), so a new workload is ranked by what other workloads taught from the
+        first batch on, and by its own measurements as they come.
     """
 
     def __init__(
@@ -156,15 +163,19 @@ class CostModel:
         early_stopping_rounds: int = 20,
         retrain_growth: float = 0.2,
         seed: int = 0,
+        base: CostModel | None = None,
     ) -> None:
         config = config or XGBConfig()
         if config.nthread is None:
             config = config._replace(nthread=1)
+        if base is not None and base.booster is None:
+            raise ValueError("cost model: base= must be a trained model")
         self.config = config
         self.num_boost_round = num_boost_round
         self.early_stopping_rounds = early_stopping_rounds
         self.retrain_growth = retrain_growth
-        self.booster: xgb.Booster | None = None
+        self.base = base.booster if base is not None else None
+        self.booster: xgb.Booster | None = self.base
         self._groups: dict[str, _Group] = {}
         self._trained_size = 0
         self._rng = np.random.default_rng(seed)
@@ -179,9 +190,26 @@ class CostModel:
         """Whether a booster exists (before that :meth:`predict` is random)."""
         return self.booster is not None
 
-    def update(self, workload: str, features: Sequence[np.ndarray],
-               latencies: Sequence[float | None]) -> None:
-        """Add measured records of ``workload`` and retrain. A latency that is None,
+    def adopt(self, base: CostModel) -> None:
+        """Start from the trained ``base`` from now on (see the ``base`` parameter), keeping
+        this model's records: a model shared by a run's sessions takes a pretrained base
+        in place. Nothing changes when it has a base already."""
+        if self.base is not None:
+            return
+        if base.booster is None:
+            raise ValueError("cost model: adopt() needs a trained model")
+        self.base = self.booster = base.booster
+        if self.num_records:
+            self.fit()
+
+    @property
+    def workloads(self) -> list[str]:
+        """Workload keys of the records, in the order they came."""
+        return list(self._groups)
+
+    def add(self, workload: str, features: Sequence[np.ndarray],
+            latencies: Sequence[float | None]) -> None:
+        """Add measured records of ``workload`` without training. A latency that is None,
         non-finite or non-positive marks a failed measurement."""
         if len(features) != len(latencies):
             raise ValueError(f"update: {len(features)} feature sets, {len(latencies)} latencies")
@@ -192,9 +220,15 @@ class CostModel:
             ok = lat is not None and math.isfinite(lat) and lat > 0
             group.features.append(np.asarray(feats, dtype=np.float32))
             group.costs.append(float(lat) if ok else FAILED_COST)
+
+    def update(self, workload: str, features: Sequence[np.ndarray],
+               latencies: Sequence[float | None]) -> None:
+        """:meth:`add` the records, then retrain once the record count grew by
+        ``retrain_growth`` since the last training."""
+        self.add(workload, features, latencies)
         size = self.num_records
         if size and size >= self._trained_size * (1 + self.retrain_growth):
-            self._train()
+            self.fit()
 
     def predict(self, features: Sequence[np.ndarray]) -> np.ndarray:
         """Predicted throughput relative to the best seen for the workload (higher is
@@ -204,14 +238,18 @@ class CostModel:
             return self._rng.uniform(size=n)
         keep = [i for i, f in enumerate(features) if len(f)]
         scores = np.zeros(n)
-        if keep:
-            pack = PackSum([features[i] for i in keep], None)
-            pred = self.booster.predict(pack.dmatrix)
-            scores[keep] = np.bincount(pack.ids, weights=pred, minlength=len(keep))
+        if keep:  # PackSum's sum of store scores, without its DMatrix (slow for a few rows)
+            rows = np.concatenate([features[i] for i in keep]).astype(np.float32, copy=False)
+            ids = np.repeat(np.arange(len(keep)), [len(features[i]) for i in keep])
+            pred = self.booster.inplace_predict(rows)
+            scores[keep] = np.bincount(ids, weights=pred, minlength=len(keep))
         return scores
 
-    def _train(self) -> None:
+    def fit(self) -> None:
+        """Train on every record (continuing from :attr:`base` where there is one)."""
         xs = [f for g in self._groups.values() for f in g.features]
+        if not xs:
+            return
         ys = np.concatenate([g.labels() for g in self._groups.values() if g.costs])
         pack = PackSum(xs, ys)
         params = {**self.config.to_dict(), "disable_default_eval_metric": 1}
@@ -224,19 +262,22 @@ class CostModel:
             custom_metric=lambda pred, _: pack.rmse(pred),
             early_stopping_rounds=self.early_stopping_rounds,
             verbose_eval=False,
+            xgb_model=self.base,
         )
         self._trained_size = self.num_records
 
-    def save(self, path: str | Path) -> None:
-        """Write booster, records and settings to one ``.npz`` file (no pickle)."""
-        names = list(self._groups)
-        feats = [f for g in self._groups.values() for f in g.features]
+    def save(self, path: str | Path, records: bool = True) -> None:
+        """Write booster, records and settings to one ``.npz`` file (no pickle); without
+        ``records`` only the booster and settings (a model to ship, e.g. as a ``base``)."""
+        groups = self._groups if records else {}
+        names = list(groups)
+        feats = [f for g in groups.values() for f in g.features]
         settings = {
             "config": self.config.to_dict(),
             "num_boost_round": self.num_boost_round,
             "early_stopping_rounds": self.early_stopping_rounds,
             "retrain_growth": self.retrain_growth,
-            "trained_size": self._trained_size,
+            "trained_size": self._trained_size if records else 0,
             "workloads": names,
             "feature_length": FEATURE_LENGTH,
         }
@@ -248,9 +289,9 @@ class CostModel:
                 settings=np.array(json.dumps(settings)),
                 rows=np.concatenate(feats) if feats else np.zeros((0, 0), np.float32),
                 counts=np.array([len(f) for f in feats], dtype=np.int64),
-                costs=np.array([c for g in self._groups.values() for c in g.costs]),
+                costs=np.array([c for g in groups.values() for c in g.costs]),
                 group=np.repeat(np.arange(len(names)),
-                                [len(g.costs) for g in self._groups.values()]),
+                                [len(g.costs) for g in groups.values()]),
                 booster=booster,
             )
 
@@ -279,5 +320,8 @@ class CostModel:
                 group.costs.append(float(cost))
             if data["booster"].size:
                 model.booster = xgb.Booster(model_file=bytearray(data["booster"].tobytes()))
+                # a loaded booster predicts on every core; OpenMP's spinning threads made
+                # one small prediction 70x slower on a busy 2-core machine
+                model.booster.set_param({"nthread": model.config.nthread})
         model._trained_size = settings["trained_size"]
         return model

@@ -484,39 +484,6 @@ def compare_with_baselines(task: Any, program: Any, mod: Any, seed: int
             for name, st in stats.items()}
 
 
-def train_workloads(cfg: TrainConfig, progress: bool = True) -> Path:
-    """Pretrain ``cfg.agent`` by tuning each workload in turn; the agent is saved to
-    ``<run>/checkpoint`` after every workload, so a killed run resumes with its models and
-    records. Returns the checkpoint directory (``agent: {name: ppo, options:
-    {checkpoint: ...}}`` loads it)."""
-    from .costmodel import CostModel
-    from .measure import create
-    from .tuning import OpTask, TuningSession, tune
-
-    _open_run(cfg)
-    checkpoint = cfg.run_dir / "checkpoint"
-    agent = _make_agent(cfg, tensorboard_log=str(cfg.run_dir / "tb"))
-    if not hasattr(agent, "save"):
-        raise ConfigError(f"config: agent {cfg.agent.name!r} has nothing to train (no save()); "
-                          "use an agent such as 'ppo'")
-    cost_model = CostModel(seed=cfg.seed)
-    budget = Budget(cfg.budget.joint, cfg.budget.loop_only)
-    with create(None, cfg.measure, cfg.target) as measurer, \
-            RecordDB(cfg.run_dir / "records.jsonl") as db:
-        for spec in cfg.workloads:
-            task = OpTask(spec, cfg.target, cfg.epilogue, cfg.search.levels)
-            session = TuningSession(task, measurer, db, cost_model, check=cfg.search.check)
-            if session.trials >= budget.total:
-                continue
-            best = tune(session, agent, budget, **cfg.search.loop_options(),
-                        progress=progress)
-            agent.save(checkpoint)
-            print(f"{task.key}: best {best * 1e3:.4g} ms after {session.trials} trials")
-        cost_model.save(cfg.run_dir / "costmodel.npz")
-    agent.save(checkpoint)
-    return checkpoint
-
-
 def _schedule_of(spec: str, epilogue: list[str], target: Any, entry: dict[str, Any],
                  mapping: str = "none") -> Any:
     """Replay a recorded best candidate (factors + loop decisions) into its schedule."""

@@ -5,6 +5,7 @@
 | ``altenv/LayoutTuning-v0``  | :class:`LayoutTuningEnv`     | layout template split factors     |
 | ``altenv/LoopTuning-v0``    | :class:`LoopTuningEnv`       | one loop space, layouts fixed     |
 | ``altenv/JointTuning-v0``   | :class:`JointTuningEnv`      | layouts, loop rounds in between   |
+| ``altenv/CrossExploration-v0`` | :class:`CrossExplorationEnv` | layouts and loops, one policy  |
 
 The ids are registered as nondeterministic: by default rewards are measured latencies.
 With ``reward_source="cost_model"`` and a seed, episodes are reproducible.
@@ -12,6 +13,7 @@ With ``reward_source="cost_model"`` and a seed, episodes are reproducible.
 
 import gymnasium as gym
 
+from .cross import CrossExplorationEnv
 from .joint import JointTuningEnv, random_directions
 from .layout import LayoutTuningEnv
 from .loop import LoopTuningEnv
@@ -20,6 +22,7 @@ ENV_IDS = {
     "altenv/LayoutTuning-v0": LayoutTuningEnv,
     "altenv/LoopTuning-v0": LoopTuningEnv,
     "altenv/JointTuning-v0": JointTuningEnv,
+    "altenv/CrossExploration-v0": CrossExplorationEnv,
 }
 
 for _id, _cls in ENV_IDS.items():
@@ -27,4 +30,5 @@ for _id, _cls in ENV_IDS.items():
         gym.register(id=_id, entry_point=f"{_cls.__module__}:{_cls.__name__}",
                      nondeterministic=True)
 
-__all__ = ["ENV_IDS", "JointTuningEnv", "LayoutTuningEnv", "LoopTuningEnv", "random_directions"]
+__all__ = ["ENV_IDS", "CrossExplorationEnv", "JointTuningEnv", "LayoutTuningEnv",
+           "LoopTuningEnv", "random_directions"]

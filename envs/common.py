@@ -25,6 +25,7 @@ import gymnasium as gym
 import numpy as np
 from tvm.s_tir import Schedule
 
+from altenv import pretrained
 from altenv.costmodel import FEATURE_LENGTH, CostModel, extract_features
 from altenv.layout import Layout
 from altenv.layout.primitives import Reorder, Split, Unfold
@@ -43,6 +44,13 @@ FEATURE_SCALE = 64.0
 """Per-store features are log2-scaled counts; dividing by this maps them into [0, 1]."""
 WORST_REWARD = -1.0
 """Reward of a failed candidate, and the floor of ``1 - latency / U``."""
+
+
+def default_cost_model() -> CostModel:
+    """A cost model that starts from the shipped cross-workload model
+    (:mod:`altenv.pretrained`), or an untrained one where none is shipped."""
+    base = pretrained.cost_model()
+    return CostModel(base=base) if base is not None else CostModel()
 
 
 def make_task(workload: str | OpTask | None, target: Any, epilogue: Sequence[str],
@@ -81,7 +89,8 @@ class Backend:
     db_path:
         Records file; without one a temporary file is used and removed on :meth:`close`.
     cost_model:
-        A cost model or the path of one saved by ``CostModel.save`` (not with ``session``).
+        A cost model or the path of one saved by ``CostModel.save`` (not with ``session``);
+        default: :func:`default_cost_model`.
     reference_latency:
         ``U`` of the latency reward (s); ``None``: the first finite latency measured.
     """
@@ -103,7 +112,8 @@ class Backend:
             cost_model = CostModel.load(cost_model)
         self.task = task
         self.reward_source = reward_source
-        self.cost_model: CostModel = session.cost_model if session else cost_model or CostModel()
+        self.cost_model: CostModel = (session.cost_model if session else
+                                      cost_model or default_cost_model())
         self.reference_latency = reference_latency
         self.best_candidate: Candidate | None = None
         self.best_latency = math.inf
@@ -150,9 +160,9 @@ class Backend:
             scores = np.asarray(self.cost_model.predict(features), dtype=np.float64)
         else:
             if not self.measures and not self._warned:
-                warnings.warn("altenv env: the cost model is untrained, so cost_model rewards "
-                              "are random; pass a trained cost_model= or a session=",
-                              stacklevel=3)
+                warnings.warn("altenv env: the cost model is untrained (no pretrained model "
+                              "is shipped for it), so cost_model rewards are random; pass a "
+                              "trained cost_model= or a session=", stacklevel=3)
                 self._warned = True
             scores = rng.uniform(size=len(candidates))
         for cand, score in zip(candidates, scores):

@@ -62,7 +62,9 @@ def test_shipped_configs_validate():
     paths = sorted(CONFIGS.glob("*.yaml"))
     assert paths
     for path in paths:
-        schema = TrainConfig if "workloads" in yaml.safe_load(path.read_text()) else RunConfig
+        data = yaml.safe_load(path.read_text())
+        train = {"workloads", "models", "corpus", "pretrain"} & set(data)
+        schema = TrainConfig if train else RunConfig
         load_config(path, schema)
 
 

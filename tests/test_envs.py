@@ -174,7 +174,7 @@ def test_best_program_matches_torch(tasks, cost_model):
 
 def test_untrained_cost_model_warns_and_stays_seeded(tasks):
     env = envs.LoopTuningEnv(tasks[GMM], reward_source="cost_model", batch=8,
-                             episode_length=3)
+                             episode_length=3, cost_model=CostModel())
     with pytest.warns(UserWarning, match="untrained"):
         first = rollout(env, seed=0)[0]
     assert rollout(env, seed=0)[0] == first

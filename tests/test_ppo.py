@@ -1,22 +1,28 @@
-"""The PPO agent: cross exploration then loop-only, within budget, checkpoints reused on
-another workload (PPO-Pret), and pretraining through ``altenv train``."""
+"""The PPO agent: both stages within budget with the layout actor updating inside the run,
+checkpoints as data (no pickle) reused on another workload, zero-shot tuning, the shipped
+checkpoint, user policies, and pretraining through ``altenv train``."""
 
 from __future__ import annotations
 
 import json
+import pickle
 
 import numpy as np
 import pytest
+import torch
 
 import agents
+from agents.checkpoint import POLICY, SETTINGS
+from agents.ppo import PPOAgent
+from altenv import pretrained
 from altenv.cli import main
 from altenv.measure import MeasureConfig, create
 from altenv.records import RecordDB
 from altenv.tuning import Budget, OpTask, TuningSession, tune
-from envs.loop import LoopTuningEnv
-from envs.wrappers import PaddedLoop
+from envs.cross import CrossExplorationEnv
 
-SMALL = {"walk_length": 8, "loop_episode": 16, "layout_episode": 2}
+SMALL = {"walk_length": 3, "loop_rounds": 1, "episode_layouts": 2, "n_steps": 8,
+         "batch_size": 8, "n_epochs": 2}
 
 
 @pytest.fixture(scope="module")
@@ -25,70 +31,124 @@ def measurer():
         yield m
 
 
-def test_padded_loop_env_has_fixed_shapes():
-    shapes = set()
-    for spec in ("gmm:M=16,N=16,K=16", "c2d:N=1,I=8,O=8,H=6,W=6,KH=3,KW=3,pad=1"):
-        env = PaddedLoop(LoopTuningEnv(spec, reward_source="cost_model", batch=8,
-                                       episode_length=4))
-        obs, _ = env.reset(seed=0)
-        assert env.observation_space.contains(obs)
-        for _ in range(4):
-            obs, reward, term, trunc, _ = env.step(env.action_space.sample())
-            assert env.observation_space.contains(obs) and np.isfinite(reward)
-        shapes.add((env.observation_space.shape, env.action_space.shape))
-        env.close()
-    assert len(shapes) == 1  # one policy fits both workloads
-
-
 @pytest.mark.slow
-def test_ppo_tunes_within_budget_and_pretrains(measurer, tmp_path):
+def test_ppo_tunes_within_budget_learns_and_reloads(measurer, tmp_path, monkeypatch):
     task = OpTask("c2d:N=1,I=8,O=16,H=8,W=8,KH=3,KW=3,pad=1", epilogue=("bias", "relu"))
     db = RecordDB(tmp_path / "r.jsonl")
     session = TuningSession(task, measurer, db)
-    agent = agents.create("ppo", seed=0, **SMALL)
-    best = tune(session, agent, Budget(10, 14), batch=16, top_k=4, progress=False)
+    agent = agents.create("ppo", seed=0, checkpoint=None, **SMALL)
+    best = tune(session, agent, Budget(12, 12), batch=8, top_k=3, progress=False)
     assert np.isfinite(best) and session.trials == 24 and db.count() == 24
     keys = [r.key for r in db.records()]
-    assert len(set(keys)) == len(keys)
-    assert agent.loop_model is not None and agent.layout_models
-    agent.save(tmp_path / "ckpt")
-    saved = json.loads((tmp_path / "ckpt" / "models.json").read_text())
-    assert "loop" in saved and any(k.startswith("layout-c2d") for k in saved)
+    assert len(set(keys)) == len(keys)  # nothing measured twice
+    assert agent.updates["joint"] >= 1 and agent.updates["loop"] >= 1  # learned in the run
 
-    # PPO-Pret: the checkpoint drives another C2D shape
-    other = OpTask("c2d:N=1,I=16,O=8,H=10,W=10,KH=3,KW=3,pad=1")
+    agent.save(tmp_path / "ckpt")
+    settings = json.loads((tmp_path / "ckpt" / SETTINGS).read_text())
+    assert settings["policy"] == "MlpPolicy" and settings["timesteps"] > 0
+
+    def no_pickle(*args, **kwargs):
+        raise AssertionError("a checkpoint was unpickled")
+
+    monkeypatch.setattr(pickle, "load", no_pickle)
+    monkeypatch.setattr(pickle, "loads", no_pickle)
+    monkeypatch.setattr(torch, "load", no_pickle)
     pret = agents.create("ppo", seed=1, checkpoint=str(tmp_path / "ckpt"), **SMALL)
-    session2 = TuningSession(other, measurer, RecordDB(tmp_path / "r2.jsonl"))
-    assert np.isfinite(tune(session2, pret, Budget(6, 6), batch=16, top_k=4, progress=False))
-    assert session2.trials == 12
+    pret.model_for(CrossExplorationEnv("gmm:M=16,N=32,K=16", reward_source="cost_model"))
+    for name, tensor in pret.model.policy.state_dict().items():
+        assert torch.equal(tensor, agent.model.policy.state_dict()[name]), name
+
+
+def test_checkpoint_refuses_another_policy(tmp_path):
+    agent = agents.create("ppo", checkpoint=None, **SMALL)
+    env = CrossExplorationEnv("gmm:M=16,N=16,K=16", reward_source="cost_model", batch=4,
+                              walk_length=2)
+    agent.model_for(env)
+    agent.save(tmp_path)
+    assert (tmp_path / POLICY).exists()
+    other = agents.create("ppo", checkpoint=str(tmp_path),
+                          policy_kwargs={"net_arch": [32, 32]}, **SMALL)
+    with pytest.raises(ValueError, match="policy_kwargs"):
+        other.model_for(env)
+    env.close()
+
+
+def test_user_policy_kwargs_and_classes():
+    agent = agents.create("ppo", checkpoint=None, policy_kwargs={
+        "net_arch": [16], "activation_fn": "relu",
+        "features_extractor_class": "stable_baselines3.common.torch_layers:FlattenExtractor"},
+        **SMALL)
+    env = CrossExplorationEnv("gmm:M=16,N=16,K=16", reward_source="cost_model", batch=4,
+                              walk_length=2)
+    model = agent.model_for(env)
+    assert isinstance(model.policy.activation_fn(), torch.nn.ReLU)
+    with pytest.raises(ValueError, match="activation_fn"):
+        agents.create("ppo", checkpoint=None, policy_kwargs={"activation_fn": "swishy"})\
+            .model_for(env)
+    with pytest.raises(ValueError, match="cannot import"):
+        agents.create("ppo", checkpoint=None, policy="nowhere:Policy").model_for(env)
+    env.close()
+
+
+def test_shipped_checkpoint_is_data_with_a_card():
+    if pretrained.card() is None:
+        pytest.skip("no shipped checkpoint")
+    card = pretrained.card()
+    assert card["sha256"] == pretrained.files_hash(pretrained.PPO_CHECKPOINT, card["files"])
+    assert card["mcpu"] and card["corpus"]["workloads"] and card["pretrain"]["timesteps"] > 0
+    from altenv.bench.suite import suite_specs
+
+    trained = set(card["corpus"]["workloads"]) | set(card["pretrain"]["workloads"])
+    assert not trained & suite_specs()  # disjoint from every benchmark suite
+    agent = agents.create("ppo")
+    assert agent.checkpoint == pretrained.PPO_CHECKPOINT and agent.base is not None
+
+
+def test_host_mismatch_is_named(tmp_path):
+    from altenv.target import make_target
+
+    here = make_target(None)
+    (tmp_path / pretrained.CARD).write_text(json.dumps({"mcpu": here.attrs["mcpu"]}))
+    assert pretrained.host_mismatch(tmp_path, here) is None
+    (tmp_path / pretrained.CARD).write_text(json.dumps({"mcpu": "made-up-cpu"}))
+    assert "mcpu=made-up-cpu" in pretrained.host_mismatch(tmp_path, here)
 
 
 @pytest.mark.slow
-def test_altenv_train_writes_a_checkpoint(tmp_path, capsys):
+def test_zero_shot_measures_only_its_budget(measurer, tmp_path):
+    session = TuningSession(OpTask("gmm:M=16,N=32,K=16"), measurer,
+                            RecordDB(tmp_path / "records.jsonl"))
+    agent = PPOAgent(seed=0, zero_shot_seconds=1.0, **SMALL)
+    best = tune(session, agent, Budget(4, 4), batch=8, top_k=4, progress=False)
+    assert np.isfinite(best) and session.trials == 8
+    assert agent.updates["joint"] == agent.updates["loop"] == 0  # no learning at 8 trials
+
+
+@pytest.mark.slow
+def test_altenv_train_stages_write_a_checkpoint_with_a_card(tmp_path, capsys):
     config = tmp_path / "train.yaml"
     config.write_text(
         "name: pre\n"
-        "workloads: ['gmm:M=16,N=16,K=16', 'gmm:M=16,N=32,K=16']\n"
+        "corpus: {draw: {count: 2, seed: 5, kinds: [gmm], max_gflop: 0.001}, trials: 6}\n"
+        "pretrain: {draw: {count: 2, seed: 6, kinds: [gmm], max_gflop: 0.001},\n"
+        "           timesteps: 16, envs: 1, batch: 4}\n"
+        "workloads: ['gmm:M=16,N=16,K=16']\n"
         "budget: {joint: 4, loop_only: 4}\n"
-        "agent: {name: ppo, options: {walk_length: 4, loop_episode: 8, layout_episode: 2}}\n"
+        "agent: {name: ppo, options: {checkpoint: null, walk_length: 2, loop_rounds: 1,\n"
+        "                             n_steps: 8, batch_size: 8}}\n"
         "search: {batch: 8, top_k: 2}\n"
-        "measure: {number: 1, repeat: 2, min_repeat_ms: 5}\n")
+        "measure: {number: 1, repeat: 2, min_repeat_ms: 5}\n"
+        f"publish: {tmp_path / 'shipped'}\n")
     assert main(["train", str(config), "--output-dir", str(tmp_path), "--quiet"]) == 0
-    out = capsys.readouterr().out
-    assert "checkpoint" in out
-    assert (tmp_path / "pre" / "checkpoint" / "loop.zip").exists()
-    records = RecordDB(tmp_path / "pre" / "records.jsonl")
-    assert records.workloads() == ["gmm:M=16,N=16,K=16", "gmm:M=16,N=32,K=16"]
-    assert records.count() == 16
-
-
-@pytest.mark.slow
-def test_joint_stage_keeps_to_its_trials(measurer, tmp_path):
-    """One joint step measures two loop rounds of top 2; the stage still stops at its
-    share, so the loop-only stage keeps its trials, and the session's limit is restored."""
-    session = TuningSession(OpTask("gmm:M=16,N=16,K=16"), measurer,
-                            RecordDB(tmp_path / "records.jsonl"))
-    session.limit = 8
-    agent = agents.create("ppo", seed=0, walk_length=4, loop_episode=8, layout_episode=2)
-    agent.joint_stage(session, 4, 8, 2, lambda _: None)
-    assert session.trials == 4 and session.limit == 8
+    assert "checkpoint" in capsys.readouterr().out
+    run = tmp_path / "pre"
+    assert RecordDB(run / "corpus" / "records.jsonl").count() == 12
+    assert RecordDB(run / "records.jsonl").workloads() == ["gmm:M=16,N=16,K=16"]
+    card = json.loads((tmp_path / "shipped" / pretrained.CARD).read_text())
+    assert card["pretrain"]["timesteps"] >= 16 and len(card["corpus"]["workloads"]) == 2
+    assert card["sha256"] == pretrained.files_hash(tmp_path / "shipped", card["files"])
+    assert {"policy.npz", "policy.json", "costmodel.npz"} <= set(card["files"])
+    # a second call resumes: nothing measured again, nothing trained again
+    assert main(["train", str(config), "--output-dir", str(tmp_path), "--quiet"]) == 0
+    assert RecordDB(run / "corpus" / "records.jsonl").count() == 12
+    assert RecordDB(run / "records.jsonl").count() == 8

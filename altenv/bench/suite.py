@@ -146,3 +146,13 @@ def load_suite(name_or_path: str, **overrides: Any) -> BenchSuite:
             raise ConfigError(f"--suite {name_or_path!r}: no such suite; allowed: "
                               f"{', '.join(known)} or a YAML path")
     return load_config(path, BenchSuite, **overrides)
+
+
+def suite_specs() -> set[str]:
+    """Every operator spec of the shipped suites (``configs/bench/``): what pretraining
+    must never draw, so that no benchmark measures a workload a model was trained on."""
+    specs: set[str] = set()
+    for path in sorted(SUITE_DIR.glob("*.yaml")):
+        suite = load_config(path, BenchSuite)
+        specs.update(e.spec for e in suite.workloads)
+    return specs

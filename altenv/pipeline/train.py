@@ -1,0 +1,299 @@
+"""``altenv train CONFIG``: the stages that make a pretrained agent, each resumable.
+
+1. **corpus**: random joint-space candidates of drawn workloads measured on this CPU
+   (``<run>/corpus/records.jsonl``), and the cross-workload cost model fitted to them and
+   to any other records named (``<run>/costmodel.npz``), with its ranking quality on
+   held-out workloads (``<run>/costmodel-ranking.json``);
+2. **pretrain**: the policy on cost-model rewards across other drawn workloads, on
+   parallel environments; nothing is measured, so it is cheap;
+3. **workloads**: measured tuning of each listed workload (and each complex task of the
+   listed models) in turn, the agent learning from measurements.
+
+The agent is saved to ``<run>/checkpoint`` after every stage and workload with a card
+(``card.json``, ``CARD.md``): what it was trained on, where, how long, and a hash of its
+files. ``publish`` copies the checkpoint, e.g. to ``altenv/pretrained/ppo``, the one the
+``ppo`` agent loads by default.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import json
+import platform
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..config import ConfigError, TrainConfig
+from ..costmodel import CostModel
+from ..records import RecordDB
+from ..run import TensorBoardLog, _make_agent, _open_run
+from ..target import make_target
+from ..tuning import Budget, OpTask, TuningSession, tune
+
+CORPUS = "corpus/records.jsonl"
+RANKING = "costmodel-ranking.json"
+STATE = "train-state.json"
+
+
+def model_tasks(source: str, options: dict[str, Any], seed: int) -> list[tuple[str, tuple]]:
+    """The complex tasks of a model a run would tune: (spec, epilogue) of each."""
+    from ..graph import load_model
+    from ..graph.network import plan_network
+    from ..graph.tasks import extract_tasks
+
+    graph = extract_tasks(load_model(source, seed=seed, **options))
+    plan = plan_network(graph)
+    tasks = dict.fromkeys((low.spec, tuple(low.epilogue)) for low in plan.lowerings.values())
+    return list(tasks)
+
+
+class _State:
+    """What the stages have done (``<run>/train-state.json``): a killed run resumes."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.data: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+
+    def __getitem__(self, key: str) -> Any:
+        return self.data.get(key)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.data[key] = value
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.data, indent=1))
+        tmp.replace(self.path)
+
+
+def _corpus(cfg: TrainConfig, state: _State, specs: list[str], progress: bool) -> CostModel:
+    """Stage 1: measure the corpus, fit the cost model, report its held-out ranking."""
+    import agents
+
+    from ..training import fit_cost_model, measure_corpus, ranking_report, record_examples
+
+    corpus = cfg.corpus
+    assert corpus is not None
+    model_path = cfg.run_dir / "costmodel.npz"
+    start = time.perf_counter()
+    measure_corpus(specs, corpus.trials, cfg.run_dir / CORPUS, cfg.target, cfg.measure,
+                   lambda seed: agents.create("random", seed=seed), seed=cfg.seed,
+                   batch=cfg.search.batch, top_k=cfg.search.top_k, progress=progress)
+    state["corpus_seconds"] = (state["corpus_seconds"] or 0.0) + time.perf_counter() - start
+    if state["costmodel"] and model_path.exists():
+        return CostModel.load(model_path)
+    start = time.perf_counter()
+    paths = [cfg.run_dir / CORPUS, *map(Path, corpus.records)]
+    examples = record_examples(paths, cfg.target, progress=progress)
+    rng = np.random.default_rng(cfg.seed)
+    held = set(rng.permutation(len(examples))[:round(corpus.holdout * len(examples))].tolist())
+    if held:
+        report = ranking_report(fit_cost_model([e for i, e in enumerate(examples)
+                                                if i not in held], cfg.seed),
+                                [e for i, e in enumerate(examples) if i in held], seed=cfg.seed)
+        print(report.table())
+        (cfg.run_dir / RANKING).write_text(json.dumps(report.to_json(), indent=1) + "\n")
+    model = fit_cost_model(examples, cfg.seed)
+    model.save(model_path, records=False)
+    state["costmodel"] = {"workloads": len(examples),
+                          "records": sum(len(e.latencies) for e in examples),
+                          "sources": [str(p) for p in paths],
+                          "seconds": time.perf_counter() - start}
+    return model
+
+
+def _pretrain(cfg: TrainConfig, state: _State, agent: Any, cost_model: Path) -> None:
+    """Stage 2: the policy on cost-model rewards across drawn workloads, in parallel envs;
+    checkpointed every few updates."""
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
+
+    from envs.cross import CrossExplorationEnv
+
+    from ..bench.suite import suite_specs
+
+    pre = cfg.pretrain
+    assert pre is not None
+    done = state["pretrain_steps"] or 0
+    if done >= pre.timesteps:
+        return
+    specs = pre.draw.draw(suite_specs() | set(state["corpus_workloads"] or ()))
+    env_fn = functools.partial(CrossExplorationEnv, specs, cfg.target,
+                               reward_source="cost_model", cost_model=str(cost_model),
+                               batch=pre.batch, **agent.env_options)
+    make = functools.partial(make_vec_env, env_fn, n_envs=pre.envs, seed=cfg.seed + done,
+                             vec_env_cls=SubprocVecEnv if pre.envs > 1 else DummyVecEnv)
+    chunk = max(agent.ppo_options["n_steps"] * pre.envs * 8, 1)
+    while done < pre.timesteps:
+        steps = min(chunk, pre.timesteps - done)
+        start = time.perf_counter()
+        rate = agent.pretrain(make, steps)
+        done += steps
+        agent.save(cfg.run_dir / "checkpoint")
+        state["pretrain_seconds"] = (state["pretrain_seconds"] or 0.0) + (
+            time.perf_counter() - start)
+        state["pretrain_steps"] = done
+        state["pretrain_steps_per_second"] = rate
+        state["pretrain_workloads"] = specs
+        print(f"pretrain: {done}/{pre.timesteps} steps, {rate:.1f} env steps/s on "
+              f"{pre.envs} envs")
+
+
+def _workloads(cfg: TrainConfig, state: _State, agent: Any, cost_model: CostModel | None,
+               progress: bool) -> None:
+    """Stage 3: measured tuning of each workload and model task in turn."""
+    tasks = [(w, tuple(cfg.epilogue)) for w in cfg.workloads]
+    for source in cfg.models:
+        tasks += model_tasks(source, cfg.model_options, cfg.seed)
+    if not tasks:
+        return
+    from ..measure import create
+
+    budget = Budget(cfg.budget.joint, cfg.budget.loop_only)
+    shared = CostModel(seed=cfg.seed, base=cost_model) if cost_model is not None \
+        else CostModel(seed=cfg.seed)
+    log = TensorBoardLog(cfg.run_dir / "tb")
+    start = time.perf_counter()
+    with create(None, cfg.measure, cfg.target) as measurer, \
+            RecordDB(cfg.run_dir / "records.jsonl") as db:
+        for spec, epilogue in tasks:
+            task = OpTask(spec, cfg.target, epilogue, cfg.search.levels)
+            session = TuningSession(task, measurer, db, shared, check=cfg.search.check)
+            if session.trials >= budget.total:
+                continue
+            best = tune(session, agent, budget, **cfg.search.loop_options(),
+                        progress=progress, callbacks=[log])
+            agent.save(cfg.run_dir / "checkpoint")
+            print(f"{task.key}: best {best * 1e3:.4g} ms after {session.trials} trials")
+    log.close()
+    state["workloads"] = [f"{s}|{'+'.join(e)}" if e else s for s, e in tasks]
+    state["workloads_seconds"] = (state["workloads_seconds"] or 0.0) + (
+        time.perf_counter() - start)
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, timeout=10, cwd=Path(__file__).parent)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def write_card(cfg: TrainConfig, state: _State, checkpoint: Path) -> dict[str, Any]:
+    """``card.json`` and ``CARD.md`` beside the checkpoint's files."""
+    from .. import pretrained
+
+    target = make_target(cfg.target)
+    files = sorted(p.name for p in checkpoint.iterdir()
+                   if p.is_file() and p.name not in (pretrained.CARD, "CARD.md"))
+    ranking_path = cfg.run_dir / RANKING
+    card = {
+        "agent": cfg.agent.name, "options": cfg.agent.options,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "commit": _git_commit(), "command": f"altenv train {cfg.name}.yaml (config: "
+        "config.yaml of the run)", "cpu": _cpu_name(), "target": str(target),
+        "mcpu": str(target.attrs.get("mcpu", "")),
+        "corpus": None if cfg.corpus is None else {
+            "workloads": state["corpus_workloads"], "trials_per_workload": cfg.corpus.trials,
+            "extra_records": cfg.corpus.records, "seconds": state["corpus_seconds"],
+            "cost_model": state["costmodel"],
+            "held_out_ranking": json.loads(ranking_path.read_text())
+            if ranking_path.exists() else None},
+        "pretrain": None if cfg.pretrain is None else {
+            "workloads": state["pretrain_workloads"], "timesteps": state["pretrain_steps"],
+            "envs": cfg.pretrain.envs, "seconds": state["pretrain_seconds"],
+            "env_steps_per_second": state["pretrain_steps_per_second"]},
+        "measured_workloads": state["workloads"], "measured_seconds": state["workloads_seconds"],
+        "files": files, "sha256": pretrained.files_hash(checkpoint, files),
+    }
+    (checkpoint / pretrained.CARD).write_text(json.dumps(card, indent=1) + "\n")
+    (checkpoint / "CARD.md").write_text(card_markdown(card))
+    return card
+
+
+def card_markdown(card: dict[str, Any]) -> str:
+    """A card as a short page a person reads."""
+    lines = [f"# Checkpoint card: {card['agent']}", "",
+             f"- made {card['created']} at commit {card['commit']} by `{card['command']}`",
+             f"- measured on: {card['cpu']}, TVM target `{card['target']}`",
+             f"- files: {', '.join(card['files'])}; sha256 `{card['sha256']}`"]
+    corpus = card.get("corpus")
+    if corpus:
+        lines.append(f"- corpus: {len(corpus['workloads'] or [])} drawn workloads x "
+                     f"{corpus['trials_per_workload']} measured trials "
+                     f"({(corpus['seconds'] or 0) / 60:.0f} min)")
+        rank = corpus.get("held_out_ranking")
+        if rank:
+            lines.append(f"- cost model, held-out ranking ({rank['workloads']} workloads): "
+                         + ", ".join(f"{k} rho {v:.2f}" for k, v in rank["spearman"].items()))
+    pre = card.get("pretrain")
+    if pre:
+        lines.append(f"- pretraining: {pre['timesteps']} env steps on {pre['envs']} envs over "
+                     f"{len(pre['workloads'] or [])} drawn workloads "
+                     f"({(pre['seconds'] or 0) / 60:.0f} min, "
+                     f"{pre['env_steps_per_second'] or 0:.1f} steps/s)")
+    if card.get("measured_workloads"):
+        lines.append(f"- measured tuning: {', '.join(card['measured_workloads'])}")
+    lines += ["", "Training workloads are drawn apart from every benchmark suite's "
+              "(`configs/bench/`). The files are numpy arrays and JSON: loading them runs no "
+              "code.", ""]
+    return "\n".join(lines)
+
+
+def train(cfg: TrainConfig, progress: bool = True) -> Path:
+    """Run the configured stages (see the module docstring); returns the checkpoint."""
+    _open_run(cfg)
+    state = _State(cfg.run_dir / STATE)
+    checkpoint = cfg.run_dir / "checkpoint"
+    if (checkpoint / "policy.json").exists():  # resume from the run's own, whatever it began from
+        options = {**cfg.agent.options, "checkpoint": str(checkpoint)}
+        cfg = cfg.model_copy(update={"agent": cfg.agent.model_copy(update={"options": options})})
+    agent = _make_agent(cfg, tensorboard_log=str(cfg.run_dir / "tb"))
+    if not hasattr(agent, "save"):
+        raise ConfigError(f"config: agent {cfg.agent.name!r} has nothing to train (no save()); "
+                          "use an agent such as 'ppo'")
+    if (cfg.corpus or cfg.pretrain) and not hasattr(agent, "pretrain"):
+        raise ConfigError(f"config: agent {cfg.agent.name!r} cannot pretrain on cost-model "
+                          "rewards; drop 'corpus' and 'pretrain' or use 'ppo'")
+    cost_model: CostModel | None = getattr(agent, "base", None)
+    if cfg.corpus is not None:
+        from ..bench.suite import suite_specs
+
+        state["corpus_workloads"] = cfg.corpus.draw.draw(suite_specs())
+        cost_model = _corpus(cfg, state, state["corpus_workloads"], progress)
+        agent.use_cost_model(cost_model)
+        agent.save(checkpoint)
+    if cfg.pretrain is not None:
+        path = cfg.run_dir / "costmodel.npz"
+        if cost_model is None:
+            raise ConfigError("config: pretrain needs a cost model: add 'corpus' or train "
+                              "from a checkpoint that has one")
+        if not path.exists():
+            cost_model.save(path, records=False)
+        _pretrain(cfg, state, agent, path)
+    _workloads(cfg, state, agent, cost_model, progress)
+    agent.save(checkpoint)
+    write_card(cfg, state, checkpoint)
+    if cfg.publish:
+        target = Path(cfg.publish)
+        target.mkdir(parents=True, exist_ok=True)
+        for f in checkpoint.iterdir():
+            if f.is_file():
+                shutil.copy2(f, target / f.name)
+        print(f"published {checkpoint} to {target}")
+    return checkpoint

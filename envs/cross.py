@@ -1,0 +1,417 @@
+"""``altenv/CrossExploration-v0``: ALT's cross exploration (§5.2, Fig. 8) as one environment,
+so that one policy holds the layout actor, the loop actors and their shared critic."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from altenv.costmodel import CostModel
+from altenv.mapping import MappingTemplate
+from altenv.measure import Measurer
+from altenv.ops import LayoutTemplate, divisors
+from altenv.ops.features import WORKLOAD_FEATURES, workload_features
+from altenv.space import LoopPoint, LoopSpace
+from altenv.tuning import Candidate, OpTask, TuningSession, freeze
+from altenv.tuning.task import Factors
+
+from .common import (
+    FEATURES,
+    REWARD_SOURCES,
+    Backend,
+    TuningEnv,
+    default_cost_model,
+    feature_summary,
+    make_task,
+)
+from .wrappers import MAX_DIRECTIONS, MAX_SUBSPACES, MAX_VECTOR, fit_directions
+
+SLOTS = ("dt", "ht", "wt", "ot", "it", "it_w", "ot_w", "mt", "nt", "kt",
+         "dt1", "ht1", "wt1", "ot1", "it_w1", "ot_w1")
+"""Layout action heads, one per knob role (outer levels of two-level templates last), so
+a knob keeps its head across operators and shapes."""
+BINS = 12
+"""Values of a layout head: bin ``b`` is the largest divisor of the knob's extent (what
+outer levels left) that is at most ``2**b``."""
+MAX_SCORE = 4.0
+"""Scores and relative throughputs are clipped to this in observations and rewards."""
+OBS_SIZE = 3 + WORKLOAD_FEATURES + 3 * len(SLOTS) + MAX_VECTOR + 2 * FEATURES + 2
+"""Length of the observation, the same for every workload."""
+ACTION_NVEC = [BINS] * len(SLOTS) + [MAX_DIRECTIONS] * MAX_SUBSPACES
+"""The action's ``MultiDiscrete`` sizes, the same for every workload."""
+
+
+def bin_choices(extent: int) -> list[int | None]:
+    """The factor of each bin for a knob of ``extent``; ``None`` where a bin repeats a
+    smaller bin's factor (masked)."""
+    choices: list[int | None] = []
+    seen: set[int] = set()
+    options = divisors(extent)
+    for b in range(BINS):
+        best = max(d for d in options if d <= 2 ** b)
+        choices.append(None if best in seen else best)
+        seen.add(best)
+    if max(options) not in seen:  # extents past 2**(BINS-1): the last bin takes the whole dim
+        choices[-1] = max(options)
+    return choices
+
+
+def check_template(template: LayoutTemplate | MappingTemplate) -> None:
+    """Refuse templates the layout heads cannot express."""
+    if isinstance(template, MappingTemplate):
+        raise ValueError("CrossExploration-v0 tunes layout templates; intrinsic mappings "
+                         "(mapping=...) are tuned with altenv/JointTuning-v0")
+    unknown = [k.name for k in template.knobs if k.name not in SLOTS]
+    if unknown:
+        raise ValueError(f"CrossExploration-v0: knobs {unknown} have no layout head "
+                         f"(levels <= 2 supported); heads: {', '.join(SLOTS)}")
+
+
+def factors_from_bins(template: LayoutTemplate, bins: Sequence[int]) -> dict[str, int]:
+    """Template factors of a layout action (one bin per :data:`SLOTS` head); a masked bin
+    takes the nearest smaller allowed one. Outer levels divide what inner ones left."""
+    out: dict[str, int] = {}
+    left: dict[str, int] = {}
+    for knob in template.knobs:
+        key = knob.name.rstrip("0123456789")
+        choices = bin_choices(left.get(key, knob.extent))
+        b = min(int(bins[SLOTS.index(knob.name)]), BINS - 1)
+        out[knob.name] = next(c for c in choices[b::-1] if c is not None)
+        left[key] = left.get(key, knob.extent) // out[knob.name]
+    return out
+
+
+class CrossExplorationEnv(TuningEnv):
+    """Layouts and loops explored by one policy, as ALT's cross exploration (§5.2).
+
+    ## Description
+
+    An episode visits ``episode_layouts`` layouts. Visiting one takes a **layout step**
+    (the layout actor picks the template's split factors, ALT §5.1) and then
+    ``loop_rounds`` rounds of **loop steps**: each round samples ``batch`` points of the
+    layout's loop space (MetaSchedule's sampling; the layout's best measured points and
+    the best point so far join it) and walks ``walk_length`` steps from its
+    best-predicted point, every subspace moved in the direction its loop actor chose
+    (§5.2.2). In measure mode the ``top_k`` best-predicted points of the visit are
+    measured at its end. All actors are heads of one policy with one value function,
+    the critic ALT shares among them; action masks switch the heads that do not act.
+
+    With ``layout=`` the layout is fixed (ALT's loop-only stage): there are no layout
+    steps and every visit is loop rounds on that layout. ``workload`` may be a list of
+    specs (cost-model rewards only): each reset draws one, for pretraining across
+    workloads.
+
+    ## Action Space
+
+    ``MultiDiscrete([12] * 16 + [32] * 48)``: 16 layout heads, one per knob role
+    (``dt ht wt ot it it_w ot_w mt nt kt`` and the outer levels ``dt1 ht1 wt1 ot1 it_w1
+    ot_w1``), value ``b`` picking the largest divisor of the knob's extent up to ``2**b``
+    (so a 16-lane tile is bin 4 on every shape); then 48 loop heads, one direction per
+    loop subspace (``LoopSpace.action_nvec``; 0 stays). ``action_masks()`` (sb3-contrib's
+    ``MaskablePPO``) allows, on a layout step, the bins of the operator's knobs that give
+    distinct factors, and on a loop step the directions of its subspaces; every other
+    head is held at 0.
+
+    ## Observation Space
+
+    ``Box(0, 1, (575,), float32)``: the phase (1 on a layout step), the walk's and the
+    episode's progress; the workload (``altenv.ops.features.workload_features``: kind,
+    batch, channels, sizes, kernel window, stride, dilation, groups, dtype, FLOPs,
+    arithmetic intensity); per layout head the chosen factor, the knob's extent
+    (``log2 / 12``) and whether the operator has that knob; the loop point
+    (``LoopSpace.encode`` padded to 96) and the mean and max of its program features
+    (MetaSchedule's per-store features and the loop nest, /64); the point's predicted
+    score and the visit's best (/4). Loop entries are 0 on a layout step.
+
+    ## Rewards
+
+    The cost model predicts a point's throughput relative to the best measured for the
+    workload (about 1 for the best seen). A layout step earns the best score of the
+    visit's first batch; a loop step earns how much it raised the visit's best score,
+    so a visit's rewards sum to its best score. In measure mode the visit's last step
+    also earns ``min(U / l, 4) - best score``, ``l`` the best measured latency of the
+    visit's top-k and ``U`` the first latency measured (or ``reference_latency``): the
+    visit's return is then its measured throughput relative to ``U`` (ALT: the layout's
+    reward is its best latency after loop rounds), and 0 if every candidate failed.
+
+    ## Starting State
+
+    A layout step (with ``layout=``: the first round's sampled batch).
+
+    ## Episode End
+
+    Truncated after ``episode_layouts`` visits; never terminated.
+
+    ## Arguments
+
+    | argument          | default    | meaning                                             |
+    |-------------------|------------|-----------------------------------------------------|
+    | workload          | required   | spec, OpTask, or a list of specs (cost_model only)  |
+    | target            | None       | target (None: this CPU)                             |
+    | reward_source     | "measure"  | "measure" or "cost_model"                           |
+    | episode_layouts   | 4          | layout visits per episode                           |
+    | loop_rounds       | 2          | sampled batches (and walks) per visit               |
+    | walk_length       | 16         | loop steps per round                                |
+    | batch             | 32         | points sampled per round                            |
+    | top_k             | 8          | points measured per visit (measure mode)            |
+    | layout            | None       | fixed template factors (the loop-only stage)        |
+    | epilogue, levels  | (), 1      | OpTask options (with spec strings; levels <= 2)     |
+    | session           | None       | TuningSession to share (task, records, cost model)  |
+    | measurer, db_path | None       | share a measurer / records file (else made lazily)  |
+    | cost_model        | None       | CostModel or saved path (default: the pretrained    |
+    |                   |            | cross-workload model, ``altenv.pretrained``)        |
+    | reference_latency | None       | ``U`` in seconds                                    |
+    | render_mode       | None       | None or "ansi"                                      |
+
+    ``env.unwrapped`` exposes ``best_candidate``, ``best_latency``, ``best_layouts``,
+    ``best_schedule`` (see :class:`envs.common.TuningEnv`) and ``visited`` (the current
+    visit's candidates and scores).
+    """
+
+    def __init__(self, workload: str | OpTask | Sequence[str] | None = None, target: Any = None,
+                 *, reward_source: str = "measure", episode_layouts: int = 4,
+                 loop_rounds: int = 2, walk_length: int = 16, batch: int = 32, top_k: int = 8,
+                 layout: dict[str, int] | Factors | None = None, epilogue: Sequence[str] = (),
+                 levels: int = 1, session: TuningSession | None = None,
+                 measurer: Measurer | None = None, db_path: str | Path | None = None,
+                 cost_model: CostModel | str | Path | None = None,
+                 reference_latency: float | None = None, render_mode: str | None = None):
+        if render_mode not in (None, *self.metadata["render_modes"]):
+            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        if min(episode_layouts, loop_rounds, walk_length, batch, top_k) < 1:
+            raise ValueError("episode_layouts, loop_rounds, walk_length, batch and top_k must "
+                             "be >= 1")
+        if reward_source not in REWARD_SOURCES:
+            raise ValueError(f"reward_source must be one of {REWARD_SOURCES}, "
+                             f"got {reward_source!r}")
+        many = isinstance(workload, Sequence) and not isinstance(workload, str)
+        if many and (reward_source != "cost_model" or session is not None or not workload):
+            raise ValueError("a list of workloads needs reward_source='cost_model' and no "
+                             "session (each reset draws one workload)")
+        if isinstance(cost_model, str | Path):
+            cost_model = CostModel.load(cost_model)
+        if session is None and cost_model is None:  # one model for every workload's backend
+            cost_model = default_cost_model()
+        self._backend_args = (reward_source, session, measurer, db_path, cost_model,
+                              reference_latency)
+        self._target, self._epilogue, self._levels = target, tuple(epilogue), levels
+        self._backends: dict[str, Backend] = {}
+        specs = list(workload) if many else [workload]
+        self.workloads = [s for s in specs if isinstance(s, str)]
+        self.backend = self._backend(specs[0])
+        self.fixed = None if layout is None else freeze(dict(layout))
+        if self.fixed is not None:
+            self.task.template.check(dict(self.fixed))
+        self.episode_layouts, self.loop_rounds, self.walk_length = (
+            episode_layouts, loop_rounds, walk_length)
+        self.batch, self.top_k = batch, top_k
+        self.render_mode = render_mode
+        self.action_space = spaces.MultiDiscrete(np.array(ACTION_NVEC))
+        self.observation_space = spaces.Box(0.0, 1.0, (OBS_SIZE,), dtype=np.float32)
+        self.factors: Factors = self.task.default_factors()
+        self.space: LoopSpace | None = None
+        self.point: LoopPoint | None = None
+        self.visited: dict[Candidate, float] = {}
+        self._visit = self._round = self._walked = 0
+        self._score = self._best = 0.0
+        self._summary = np.zeros(2 * FEATURES, dtype=np.float32)
+        self._workload = workload_features(self.task.workload)
+        self._last: dict[str, Any] = {}
+
+    def _backend(self, workload: str | OpTask | None) -> Backend:
+        """The backend of ``workload`` (one per workload, sharing the cost model)."""
+        key = workload if isinstance(workload, str) else None
+        if key in self._backends:
+            return self._backends[key]
+        task = make_task(workload, self._target, self._epilogue, self._levels,
+                         self._backend_args[1])
+        check_template(task.template)
+        backend = Backend(task, *self._backend_args)
+        if key is not None:
+            self._backends[key] = backend
+        return backend
+
+    # ------------------------------------------------------------------ gym API
+    @property
+    def layout_phase(self) -> bool:
+        """Whether the next step is a layout step."""
+        return self.point is None
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        if len(self.workloads) > 1:
+            self.backend = self._backend(self.workloads[int(self.np_random.integers(
+                len(self.workloads)))])
+            self._workload = workload_features(self.task.workload)
+        self._visit = 0
+        self.factors = self.fixed or self.task.default_factors()
+        self.point, self.space, self.visited = None, None, {}
+        info: dict[str, Any] = {"workload": self.task.key}
+        if self.fixed is not None:
+            self._start_visit(self.fixed)
+        self._last = info
+        return self._observe(), info
+
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        action = np.asarray(action)
+        info: dict[str, Any] = {}
+        if self.layout_phase:
+            self._start_visit(freeze(factors_from_bins(self.task.template,
+                                                       action[:len(SLOTS)])))
+            reward = self._best  # the visit's first batch
+            info["factors"] = dict(self.factors)
+        else:
+            reward = self._walk(action[len(SLOTS):], info)
+        truncated = self._visit >= self.episode_layouts
+        info["score"] = self._score
+        self._last = info
+        return self._observe(), float(reward), False, truncated, info
+
+    def action_masks(self) -> np.ndarray:
+        """Flat bool mask over the heads (sb3-contrib's ``MaskablePPO``)."""
+        masks = np.zeros((len(SLOTS) * BINS + MAX_SUBSPACES * MAX_DIRECTIONS,), dtype=bool)
+        layout = masks[:len(SLOTS) * BINS].reshape(len(SLOTS), BINS)
+        loop = masks[len(SLOTS) * BINS:].reshape(MAX_SUBSPACES, MAX_DIRECTIONS)
+        if self.layout_phase:
+            layout[:, 0] = True
+            for knob in self.task.template.knobs:
+                layout[SLOTS.index(knob.name)] = [c is not None for c in bin_choices(knob.extent)]
+            loop[:, 0] = True
+        else:
+            layout[:, 0] = True
+            loop[:, 0] = True
+            for i, n in enumerate(self.space.action_nvec):
+                loop[i, :n] = True
+        return masks
+
+    def render(self) -> str | None:
+        if self.render_mode != "ansi":
+            return None
+        last = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                         for k, v in self._last.items())
+        return (f"visit {self._visit}/{self.episode_layouts} round {self._round} step "
+                f"{self._walked}: {last}\n{self.best_summary()}\n")
+
+    # ------------------------------------------------------------------ visits
+    def _start_visit(self, factors: Factors) -> None:
+        self.factors, self.space = factors, self.task.space(factors)
+        self.visited, self._round, self._best = {}, 0, 0.0
+        self._sample_round()
+
+    def _sample_round(self) -> None:
+        """A round's batch (sampled points, the layout's best measured ones and the best so
+        far); the walk starts from its best-predicted point."""
+        assert self.space is not None
+        points = self.space.sample(self.batch, self.np_random)
+        if self.backend.measures:
+            measured = sorted((lat, i, c.point) for i, (c, lat) in enumerate(
+                self.backend.session().measured_items()) if c.factors == self.factors
+                and math.isfinite(lat))
+            points += [p for _, _, p in measured[:4]]
+        if self.point is not None:
+            points.append(self.point)
+        points = list(dict.fromkeys(points))
+        scores, feats = self._scores(points)
+        if not points:  # no valid point in this layout
+            if self.fixed is not None:
+                raise RuntimeError(f"{self.task.key}: no valid loop point in {self.batch} "
+                                   f"samples of the fixed layout {dict(self.fixed)}")
+            self.point, self._score, self._walked = None, 0.0, 0
+            self._end_visit()
+            return
+        i = int(np.argmax(scores))
+        self.point, self._score, self._walked = points[i], float(scores[i]), 0
+        self._summary = feature_summary(feats[i])
+        self._best = max(self._best, self._score)
+
+    def _scores(self, points: Sequence[LoopPoint]) -> tuple[np.ndarray, list[np.ndarray]]:
+        """Clipped predicted scores and features of the valid ``points`` (invalid ones are
+        dropped from ``points`` in place); remembered in :attr:`visited`."""
+        assert self.space is not None
+        valid = [p for p in points if self.space.decode(p) is not None]
+        points[:] = valid  # type: ignore[index]
+        if not valid:
+            return np.zeros(0), []
+        feats = self.backend.features(self.space, valid)
+        cands = [Candidate(self.factors, p) for p in valid]
+        scores = np.clip(self.backend.scores(cands, feats, self.np_random), 0.0, MAX_SCORE)
+        self.visited.update(zip(cands, scores.tolist()))
+        return scores, feats
+
+    def _walk(self, directions: np.ndarray, info: dict[str, Any]) -> float:
+        """One loop step; returns its reward."""
+        assert self.space is not None and self.point is not None
+        before = self._best
+        self.point = self.space.step(self.point, fit_directions(self.space, directions))
+        points = [self.point]
+        scores, feats = self._scores(points)
+        if len(scores):
+            self._score = float(scores[0])
+            self._summary = feature_summary(feats[0])
+            self._best = max(self._best, self._score)
+        self._walked += 1
+        reward = self._best - before
+        if self._walked >= self.walk_length:
+            self._round += 1
+            if self._round < self.loop_rounds:
+                seen = self._best
+                self._sample_round()
+                reward += self._best - seen
+            else:
+                reward += self._end_visit(info)
+        return reward
+
+    def _end_visit(self, info: dict[str, Any] | None = None) -> float:
+        """Close a visit: in measure mode measure its top-k; the reward correction that
+        makes the visit's return its measured relative throughput. Then the next layout
+        step (or, with a fixed layout, the next visit's first round)."""
+        correction = 0.0
+        if self.backend.measures:
+            session = self.backend.session()
+            known = [lat for c in self.visited if (lat := session.measured(c)) is not None]
+            fresh = sorted((c for c in self.visited if session.measured(c) is None),
+                           key=self.visited.__getitem__, reverse=True)[:self.top_k]
+            latency = min(known + self.backend.measure(fresh), default=math.inf)
+            self.backend.calibrate(latency)
+            u = self.backend.reference_latency
+            value = min(u / latency, MAX_SCORE) if u and math.isfinite(latency) else 0.0
+            correction = value - self._best
+            if info is not None:
+                info["latency"] = latency
+        self._visit += 1
+        self.point = None
+        if self.fixed is not None and self._visit < self.episode_layouts:
+            self._start_visit(self.fixed)
+        return correction
+
+    # ------------------------------------------------------------------ observation
+    def _observe(self) -> np.ndarray:
+        obs = np.zeros(OBS_SIZE, dtype=np.float32)
+        loop = not self.layout_phase
+        obs[0] = float(not loop)
+        obs[1] = self._walked / self.walk_length if loop else 0.0
+        obs[2] = self._visit / self.episode_layouts
+        at = 3
+        obs[at:at + WORKLOAD_FEATURES] = self._workload
+        at += WORKLOAD_FEATURES
+        chosen = dict(self.factors)
+        for knob in self.task.template.knobs:
+            s = at + 3 * SLOTS.index(knob.name)
+            obs[s:s + 3] = (min(math.log2(chosen[knob.name]) / BINS, 1.0),
+                            min(math.log2(knob.extent) / BINS, 1.0), 1.0)
+        at += 3 * len(SLOTS)
+        if loop:
+            assert self.space is not None and self.point is not None
+            n = self.space.vector_size
+            if n > MAX_VECTOR:
+                raise ValueError(f"loop space of {n} entries exceeds {MAX_VECTOR}")
+            obs[at:at + n] = self.space.encode(self.point)
+            obs[at + MAX_VECTOR:at + MAX_VECTOR + 2 * FEATURES] = self._summary
+            obs[-2:] = (self._score / MAX_SCORE, self._best / MAX_SCORE)
+        return np.clip(obs, 0.0, 1.0)
