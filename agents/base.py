@@ -46,6 +46,10 @@ class Agent(ABC):
                 latencies: Sequence[float]) -> None:
         """Measured median latencies (s, ``inf`` for failures) of proposed candidates."""
 
+    def summary(self) -> dict[str, Any]:
+        """What a run reports about the agent itself (e.g. how often it learned)."""
+        return {}
+
     def run(self, session: TuningSession, budget: Budget, batch: int, top_k: int,
             report: Callable[[TuningSession], None]) -> None:
         """Tune until the budget is spent. The default asks :meth:`propose` for batches and

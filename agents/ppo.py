@@ -48,6 +48,8 @@ PRETRAINED = "pretrained"
 ACTIVATIONS = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU, "elu": torch.nn.ELU,
                "leaky_relu": torch.nn.LeakyReLU, "gelu": torch.nn.GELU}
 DEFAULT_POLICY_KWARGS: dict[str, Any] = {"net_arch": {"pi": [256, 128], "vf": [256, 128]}}
+ZERO_SHOT_BATCH = 32
+"""Loop points sampled per round in zero-shot search."""
 
 
 class _UntilBudget(BaseCallback):
@@ -275,7 +277,8 @@ class PPOAgent(Agent):
         cost model is least sure across layouts). Returns the measured candidates."""
         if n <= 0:
             return []
-        env = self._env(session, batch, 1, None, reward_source="cost_model")
+        # small rounds: in a few seconds the policy should see many layouts, not many samples
+        env = self._env(session, min(batch, ZERO_SHOT_BATCH), 1, None, reward_source="cost_model")
         self.model_for(env)
         scores: dict[Candidate, float] = {}
         deadline = time.perf_counter() + self.zero_shot_seconds
@@ -309,6 +312,10 @@ class PPOAgent(Agent):
         (or a random) layout's loop space."""
         factors = layout if layout is not None else session.task.random_factors(self.rng)
         return [Candidate(factors, p) for p in session.task.space(factors).sample(n, self.rng)]
+
+    def summary(self) -> dict[str, Any]:
+        """Policy updates so far, by stage (``pretrain``: those of the checkpoint)."""
+        return {"updates": dict(self.updates)}
 
     # ------------------------------------------------------------ pretraining
     def pretrain(self, make_env: Callable[[], Any], timesteps: int, callback: Any = None

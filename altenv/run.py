@@ -165,7 +165,7 @@ def tune_workload(cfg: RunConfig, progress: bool = True) -> RunResult:
     summary = {"name": cfg.name, "workload": task.key, "best_latency_s": result.best_latency,
                "trials": result.trials, "resumed_records": previous,
                "tuning_seconds": result.tuning_seconds, "max_rel_err_vs_torch": err,
-               "best_factors": dict(cand.factors),
+               "best_factors": dict(cand.factors), "agent": agent.summary(),
                "seconds_per_trial": {k: v / max(session.trials - previous, 1)
                                      for k, v in session.seconds.items()},
                "timings": timings,

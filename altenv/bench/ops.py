@@ -70,7 +70,8 @@ def _tune_agent_cell(suite: BenchSuite, entry: OpEntry, tuner: str, seed: int, p
     with create(None, measure, task.target) as measurer, \
             RecordDB(path / "records.jsonl") as db:
         session = TuningSession(task, measurer, db, CostModel(seed=seed))
-        tune(session, _agent(suite, tuner, seed), Budget.split(budget), progress=progress,
+        agent = _agent(suite, tuner, seed)
+        tune(session, agent, Budget.split(budget), progress=progress,
              callbacks=[save_progress])
         save_progress(None)
         cand, latency = session.best
@@ -79,7 +80,7 @@ def _tune_agent_cell(suite: BenchSuite, entry: OpEntry, tuner: str, seed: int, p
                                f"(errors in {path / 'records.jsonl'})")
         return {"trials": session.trials, "tuning_seconds": before + time.perf_counter() - start,
                 "best_tuning_latency_s": latency, "history": session.history,
-                "factors": dict(cand.factors),
+                "factors": dict(cand.factors), "agent": agent.summary(),
                 "decisions": task.space(cand.factors).to_vector(cand.point).tolist()}
 
 

@@ -107,8 +107,9 @@ def _corpus(cfg: TrainConfig, state: _State, specs: list[str], progress: bool) -
 
 
 def _pretrain(cfg: TrainConfig, state: _State, agent: Any, cost_model: Path) -> None:
-    """Stage 2: the policy on cost-model rewards across drawn workloads, in parallel envs;
-    checkpointed every few updates."""
+    """Stage 2: the policy on cost-model rewards across drawn workloads, on parallel envs;
+    the checkpoint and the state are saved every few updates, so a killed run resumes."""
+    from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
@@ -122,25 +123,43 @@ def _pretrain(cfg: TrainConfig, state: _State, agent: Any, cost_model: Path) -> 
     if done >= pre.timesteps:
         return
     specs = pre.draw.draw(suite_specs() | set(state["corpus_workloads"] or ()))
+    state["pretrain_workloads"] = specs
     env_fn = functools.partial(CrossExplorationEnv, specs, cfg.target,
                                reward_source="cost_model", cost_model=str(cost_model),
                                batch=pre.batch, **agent.env_options)
     make = functools.partial(make_vec_env, env_fn, n_envs=pre.envs, seed=cfg.seed + done,
                              vec_env_cls=SubprocVecEnv if pre.envs > 1 else DummyVecEnv)
-    chunk = max(agent.ppo_options["n_steps"] * pre.envs * 8, 1)
-    while done < pre.timesteps:
-        steps = min(chunk, pre.timesteps - done)
-        start = time.perf_counter()
-        rate = agent.pretrain(make, steps)
-        done += steps
-        agent.save(cfg.run_dir / "checkpoint")
-        state["pretrain_seconds"] = (state["pretrain_seconds"] or 0.0) + (
-            time.perf_counter() - start)
-        state["pretrain_steps"] = done
-        state["pretrain_steps_per_second"] = rate
-        state["pretrain_workloads"] = specs
-        print(f"pretrain: {done}/{pre.timesteps} steps, {rate:.1f} env steps/s on "
-              f"{pre.envs} envs")
+    every = agent.ppo_options["n_steps"] * pre.envs * 8  # steps between checkpoints
+    start = time.perf_counter()
+
+    class Save(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.begin = self.last = 0
+
+        def _on_training_start(self) -> None:
+            self.begin = self.last = self.model.num_timesteps
+
+        def _on_step(self) -> bool:
+            if self.model.num_timesteps - self.last >= every:
+                self.last = self.model.num_timesteps
+                seconds = time.perf_counter() - start
+                steps = done + self.model.num_timesteps - self.begin
+                agent.save(cfg.run_dir / "checkpoint")
+                state["pretrain_seconds"] = (state["pretrain_seconds_before"] or 0.0) + seconds
+                state["pretrain_steps"] = steps
+                state["pretrain_steps_per_second"] = (steps - done) / seconds
+                print(f"pretrain: {steps}/{pre.timesteps} steps, "
+                      f"{(steps - done) / seconds:.1f} env steps/s on {pre.envs} envs")
+            return True
+
+    state["pretrain_seconds_before"] = state["pretrain_seconds"] or 0.0
+    rate = agent.pretrain(make, pre.timesteps - done, Save())
+    agent.save(cfg.run_dir / "checkpoint")
+    state["pretrain_seconds"] = state["pretrain_seconds_before"] + time.perf_counter() - start
+    state["pretrain_steps"] = pre.timesteps
+    state["pretrain_steps_per_second"] = rate
+    print(f"pretrain: {pre.timesteps} steps, {rate:.1f} env steps/s on {pre.envs} envs")
 
 
 def _workloads(cfg: TrainConfig, state: _State, agent: Any, cost_model: CostModel | None,

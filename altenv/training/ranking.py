@@ -79,7 +79,7 @@ class RankingReport:
         return "\n".join(lines)
 
 
-def ranking_report(base: CostModel, held_out: Sequence[Examples], online: int = 16,
+def ranking_report(base: CostModel, held_out: Sequence[Examples], online: int = 32,
                    k: int = 8, seed: int = 0) -> RankingReport:
     """Rank each held-out workload's records (those after its first ``online``, in the
     order they were measured) with each variant of :data:`VARIANTS`."""
