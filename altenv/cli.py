@@ -268,22 +268,41 @@ def _show_warning(message: Warning | str, category: type[Warning], filename: str
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; a user's error is one line on stderr and status 2, Ctrl-C
-    one line and status 130 (runs resume from their records when run again)."""
+    one line and status 130 (runs resume from their records when run again).
+
+    Ctrl-C raises ``KeyboardInterrupt`` wherever Python runs, which may be a callback TVM
+    called (a MetaSchedule builder or runner written in Python): TVM's FFI hands it back as
+    a bare ``RuntimeError``. So the handler also notes that Ctrl-C came, and whatever
+    exception follows it counts as the interruption."""
+    import signal
     import warnings
 
     # raised inside torch.export when TVM's frontend imports a model; not actionable here
     warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)`",
                             category=FutureWarning)
     warnings.showwarning = _show_warning
+    interrupted = []
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        interrupted.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
     try:
         args = build_parser().parse_args(argv)
         return args.func(args)
     except UserError as err:
         print(f"altenv: {_one_line(err)}", file=sys.stderr)
         return 2
+    except Exception:
+        if not interrupted:
+            raise
     except KeyboardInterrupt:
-        print("altenv: interrupted; run the same command again to resume", file=sys.stderr)
-        return INTERRUPTED
+        pass
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    print("altenv: interrupted; run the same command again to resume", file=sys.stderr)
+    return INTERRUPTED
 
 
 if __name__ == "__main__":

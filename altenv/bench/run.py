@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ConfigError
+from ..measure.signals import exit_on_sigint, sigint_blocked
 from .net import profile_net, retime_net, tune_net_cell
 from .ops import retime_workload, tune_cell
 from .suite import BenchSuite
@@ -109,6 +110,11 @@ def _profile(suite: BenchSuite, entry: Any, timing: dict[str, Any], output: Path
 
 
 def _in_fresh_process(fn: Any, *args: Any) -> Any:
-    """``fn(*args)`` in a newly spawned Python process (its result pickled back)."""
-    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return pool.submit(fn, *args).result()
+    """``fn(*args)`` in a newly spawned Python process (its result pickled back). The
+    process starts with SIGINT blocked and, once it can, leaves on Ctrl-C without a word
+    (:func:`~altenv.measure.signals.exit_on_sigint`): this process says it."""
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                             initializer=exit_on_sigint) as pool:
+        with sigint_blocked():
+            future = pool.submit(fn, *args)
+        return future.result()

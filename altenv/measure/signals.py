@@ -12,6 +12,7 @@ a pool's construction, so Ctrl-C still reaches it.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +34,13 @@ def sigint_blocked() -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+def exit_on_sigint() -> None:
+    """In a worker process started with SIGINT blocked: exit quietly (status 130) on
+    Ctrl-C from now on (a SIGINT already pending arrives at once)."""
+    signal.signal(signal.SIGINT, lambda *_: os._exit(130))
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def shielded_pool(**options: object) -> PopenPoolExecutor:
