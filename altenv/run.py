@@ -144,6 +144,18 @@ def check_run(cfg: RunConfig | TrainConfig, **defaults: Any) -> Any:
     return agent
 
 
+def op_task(cfg: RunConfig | TrainConfig, spec: str, mapping: str = "none") -> Any:
+    """The :class:`~altenv.tuning.OpTask` of an operator run or of a workload to train on;
+    a template the workload cannot have (e.g. no intrinsic mapping of it) is a
+    :class:`ConfigError` of one line."""
+    from .tuning import OpTask
+
+    try:
+        return OpTask(spec, cfg.target, cfg.epilogue, cfg.search.levels, mapping=mapping)
+    except ValueError as err:
+        raise ConfigError(f"workload {spec!r}: {' '.join(str(err).split())}") from None
+
+
 def load_user_model(source: str, options: dict[str, Any], seed: int) -> Any:
     """Import a user's model (:func:`altenv.graph.load_model`; a ``file.py:factory`` or zoo
     model runs Python); anything that goes wrong is a :class:`ConfigError` of one line
@@ -192,11 +204,10 @@ def tune_workload(cfg: RunConfig, progress: bool = True, repair: bool = False) -
     from .costmodel import CostModel
     from .measure import create
     from .ops import run_numpy
-    from .tuning import OpTask, TuningSession, tune
+    from .tuning import TuningSession, tune
 
     agent = check_run(cfg, tensorboard_log=str(cfg.run_dir / "tb"))
-    task = OpTask(cfg.workload, cfg.target, cfg.epilogue, cfg.search.levels,
-                  mapping=cfg.mapping)
+    task = op_task(cfg, cfg.workload, cfg.mapping)
     budget = Budget(cfg.budget.joint, cfg.budget.loop_only)
     with _open_run(cfg, repair) as db, create(None, cfg.measure, task.target) as measurer:
         previous = len(db)
@@ -592,15 +603,15 @@ def train_workloads(cfg: TrainConfig, progress: bool = True, repair: bool = Fals
     directory (``agent: {name: ppo, options: {checkpoint: ...}}`` loads it)."""
     from .costmodel import CostModel
     from .measure import create
-    from .tuning import OpTask, TuningSession, tune
+    from .tuning import TuningSession, tune
 
     agent = check_run(cfg, tensorboard_log=str(cfg.run_dir / "tb"))
+    tasks = [op_task(cfg, spec) for spec in cfg.workloads]
     checkpoint = cfg.run_dir / "checkpoint"
     cost_model = CostModel(seed=cfg.seed)
     budget = Budget(cfg.budget.joint, cfg.budget.loop_only)
     with _open_run(cfg, repair) as db, create(None, cfg.measure, cfg.target) as measurer:
-        for spec in cfg.workloads:
-            task = OpTask(spec, cfg.target, cfg.epilogue, cfg.search.levels)
+        for task in tasks:
             session = TuningSession(task, measurer, db, cost_model, check=cfg.search.check)
             if session.trials >= budget.total:
                 continue
@@ -629,7 +640,8 @@ def _schedule_of(spec: str, epilogue: list[str], target: Any, entry: dict[str, A
                                "tune it again with this version") from err
     schedule = space.decode(point)
     if schedule is None:
-        raise RuntimeError(f"{spec}: the recorded best schedule no longer decodes")
+        raise StaleRecordError(f"{spec}: the recorded best (layout {dict(factors)}) no longer "
+                               "decodes to a valid schedule; tune it again with this version")
     return task, factors, schedule
 
 
@@ -730,14 +742,17 @@ def export_run_dir(run_dir: str | Path, output: str | Path, force: bool = False)
     cfg, best = _read_run(cfg_path, best_path)
     model = None
     if cfg.model is not None:
-        try:
-            model = load_saved_model(run_dir / MODEL_DIR)
-        except FileNotFoundError:
+        if not (run_dir / MODEL_DIR).is_dir():
             raise ConfigError(
                 f"export: {run_dir} keeps no imported model ({run_dir / MODEL_DIR}); it was "
                 "tuned by an older altenv. Export never runs a run's model code: tune the run "
-                "again with this version (it resumes and keeps the model), then export"
-            ) from None
+                "again with this version (it resumes and keeps the model), then export")
+        try:
+            model = load_saved_model(run_dir / MODEL_DIR)
+        except Exception as err:  # noqa: BLE001 (missing or damaged data: JSON, npz, TVM JSON)
+            reason = " ".join(str(err).split())[:200]
+            raise ConfigError(f"export: {run_dir / MODEL_DIR}: not a kept model "
+                              f"({type(err).__name__}: {reason})") from None
     try:
         if model is not None:
             factors, schedules, read_through = best_schedules(cfg, best)

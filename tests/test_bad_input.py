@@ -72,7 +72,7 @@ def finished_run(tmp: Path, best: str, body: str = f"workload: '{GMM}'\n",
                  cfg: str | None = None) -> Path:
     """A run directory with a config and ``best.json`` (as export reads them)."""
     run = tmp / "runs" / "r"
-    run.mkdir(parents=True)
+    run.mkdir(parents=True, exist_ok=True)
     saved = cfg if cfg is not None else yaml.safe_dump(
         load_config(config(tmp, body)).model_dump(mode="json"))
     (run / "config.yaml").write_text(saved)
@@ -176,6 +176,9 @@ CASES: dict[str, Case] = {
     "agent module option type": lambda t: (module(t, "my_agent", AGENT), tune(
         t, f"workload: '{GMM}'\nagent: {{name: 'my_agent:Climber', options: {{radius: far}}}}\n"
     ))[1:] + ("radius: Input should be a valid integer",),
+    "mapping the workload cannot have": lambda t: (
+        tune(t, "workload: 'gmm:M=8,N=8,K=3,dtype=int8'\nmapping: amos\n"),
+        "none of the 1 amos mappings of gmm:M=8,N=8,K=3,dtype=int8"),
     # names and the config itself
     "name ..": lambda t: (tune_flags(t, "--name", ".."), "'..' is not a directory name"),
     "name .": lambda t: (tune_flags(t, "--name", "."), "'.' is not a directory name"),
@@ -224,6 +227,11 @@ CASES: dict[str, Case] = {
                                          "config.yaml: not valid YAML"),
     "export model run of an older altenv": lambda t: (export(t, finished_run(
         t, json.dumps({"tasks": {}}), body="model: resnet18\n")), "keeps no imported model"),
+    "export kept model damaged": lambda t: (
+        (t / "runs" / "r" / "model").mkdir(parents=True),
+        (t / "runs" / "r" / "model" / "model.json").write_text("{}"),
+        export(t, finished_run(t, json.dumps({"tasks": {}}), body="model: resnet18\n")))[2:]
+    + ("model: not a kept model (FileNotFoundError",),
     "export best not of the template": lambda t: (export(t, finished_run(t, json.dumps(
         {"factors": {"zz": 2}, "decisions": [], "latency_s": 1e-3}))), "best.json:"),
     # bench

@@ -242,8 +242,7 @@ def save_model(model: ImportedModel, directory: str | Path) -> Path:
 
 
 def load_saved_model(directory: str | Path) -> ImportedModel:
-    """A model kept by :func:`save_model`, read as data (nothing is imported or run);
-    ``FileNotFoundError`` when ``directory`` holds none."""
+    """A model kept by :func:`save_model`, read as data (nothing is imported or run)."""
     src = Path(directory)
     info = json.loads((src / SAVED_INFO).read_text())
     mod = tvm.ir.load_json((src / SAVED_MODULE).read_text())
