@@ -85,9 +85,8 @@ def _open_run(cfg: RunConfig | TrainConfig, repair: bool = False) -> Iterator[Re
     saved = cfg.run_dir / "config.yaml"
     mine = cfg.model_dump(mode="json")
     cfg.run_dir.mkdir(parents=True, exist_ok=True)
-    with DirLock(cfg.run_dir / LOCK_FILE, f"run directory {cfg.run_dir}"), \
-            RecordDB(cfg.run_dir / "records.jsonl", repair) as db:
-        if saved.exists():
+    with DirLock(cfg.run_dir / LOCK_FILE, f"run directory {cfg.run_dir}"):
+        if saved.exists():  # before its records are read (or repaired)
             old = _saved_config(saved)
             for key, default in IDENTITY.items():
                 if old.get(key, default) != mine.get(key, default):
@@ -95,10 +94,11 @@ def _open_run(cfg: RunConfig | TrainConfig, repair: bool = False) -> Iterator[Re
                                       f"{old.get(key, default)!r}, not "
                                       f"{mine.get(key, default)!r}; pick another name or "
                                       "output_dir")
-        saved.write_text(yaml.safe_dump(mine, sort_keys=False))
-        print(f"{'resuming' if len(db) else 'new'} run {cfg.run_dir}"
-              + (f" ({len(db)} records)" if len(db) else ""))
-        yield db
+        with RecordDB(cfg.run_dir / "records.jsonl", repair) as db:
+            saved.write_text(yaml.safe_dump(mine, sort_keys=False))
+            print(f"{'resuming' if len(db) else 'new'} run {cfg.run_dir}"
+                  + (f" ({len(db)} records)" if len(db) else ""))
+            yield db
 
 
 def check_device(target: Any) -> None:
