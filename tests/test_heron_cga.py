@@ -124,10 +124,14 @@ def test_ctrl_c_is_still_pythons_after_a_layout_solve():
     unless told not to: Ctrl-C then killed a run without a word. After a solve it must
     still raise KeyboardInterrupt (if it does not, this test process dies)."""
     model = LayoutConstraints(OpTask("gmm:M=16,N=16,K=16").template, Hardware(256, 32768, 524288))
-    assert model.sample(2, np.random.default_rng(0))
-    with pytest.raises(KeyboardInterrupt):
-        os.kill(os.getpid(), signal.SIGINT)
-        time.sleep(5)  # delivered here
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # xdist ignores it
+    try:
+        assert model.sample(2, np.random.default_rng(0))
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)  # delivered here
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_layout_model_blocks_depthwise_input_like_its_output():
