@@ -5,14 +5,23 @@ The default tuning loop ranks each proposed batch with the cost model, measures 
 top-k and reports those back; an agent may instead override ``run`` and drive the
 environments itself (the PPO agent does, through stable-baselines3). A config names an
 agent by its registered name (``"random"``) or as ``"my_module:MyAgent"``.
+
+An agent's options are typed by its ``__init__``: :func:`options_model` makes a pydantic
+model of the signature (each keyword parameter a field of its annotated type and default),
+and every agent is built through :func:`build`, which validates the options against it.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
+import inspect
+import typing
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from altenv.tuning.loop import Budget, propose_and_measure
 from altenv.tuning.session import TuningSession
@@ -85,13 +94,15 @@ def available() -> list[str]:
 
 
 def agent_class(spec: str) -> Callable[..., Agent]:
-    """The agent class of a registered name or ``"module:Class"``."""
+    """The agent class of a registered name or ``"module:Class"`` (importing the module runs
+    it: whatever it raises is reported as a ``ValueError`` of one line)."""
     if ":" in spec:
         module, _, cls_name = spec.partition(":")
         try:
             cls = getattr(importlib.import_module(module), cls_name)
-        except (ImportError, AttributeError) as err:
-            raise ValueError(f"agent: cannot import {spec!r} ({err})") from err
+        except Exception as err:  # noqa: BLE001 (a user's module may raise anything)
+            reason = " ".join(f"{type(err).__name__}: {err}".split())
+            raise ValueError(f"agent: cannot import {spec!r} ({reason})") from err
         if not (isinstance(cls, type) and issubclass(cls, Agent)):
             raise ValueError(f"agent: {spec!r} is not a subclass of agents.base.Agent")
         return cls
@@ -103,6 +114,63 @@ def agent_class(spec: str) -> Callable[..., Agent]:
     return _REGISTRY[spec]
 
 
-def create(spec: str, **options: Any) -> Agent:
-    """An agent by registered name or ``"module:Class"``, with keyword options."""
-    return agent_class(spec)(**options)
+@functools.cache
+def options_model(cls: type) -> type[BaseModel]:
+    """The typed options of an agent class, made from its ``__init__`` signature: one field
+    per keyword parameter, of its annotated type (``Any`` without one) and with its default;
+    other options are refused unless ``__init__`` takes ``**kwargs``."""
+    try:
+        hints = typing.get_type_hints(cls.__init__)
+    except (NameError, TypeError):  # an annotation that does not resolve: left untyped
+        hints = {}
+    fields: dict[str, Any] = {}
+    extra = "forbid"
+    for name, param in inspect.signature(cls).parameters.items():
+        if param.kind is inspect.Parameter.VAR_KEYWORD:
+            extra = "allow"
+        elif param.kind is not inspect.Parameter.VAR_POSITIONAL:
+            default = ... if param.default is inspect.Parameter.empty else param.default
+            fields[name] = (hints.get(name, Any), default)
+    return create_model(f"{cls.__name__}Options",
+                        __config__=ConfigDict(extra=extra, arbitrary_types_allowed=True),
+                        **fields)
+
+
+def check_options(cls: type, options: Mapping[str, Any], label: str) -> dict[str, Any]:
+    """``options`` validated by :func:`options_model` (values converted to the annotated
+    types); a ``ValueError`` of one line names the first bad option and what is allowed
+    (``label``: the agent's name in messages)."""
+    model = options_model(cls)
+    try:
+        valid = model.model_validate(dict(options))
+    except ValidationError as err:
+        errors = err.errors()
+        unknown = [str(e["loc"][0]) for e in errors if e["type"] == "extra_forbidden"]
+        if unknown:
+            raise ValueError(f"{label} takes no option {', '.join(map(repr, sorted(unknown)))}; "
+                             f"allowed: {', '.join(model.model_fields)}") from None
+        first = errors[0]
+        where = ".".join(str(p) for p in first["loc"])
+        got = f" (got {first['input']!r})" if first["type"] != "missing" else ""
+        raise ValueError(f"{label} option {where}: {first['msg']}{got}") from None
+    return {**{k: getattr(valid, k) for k in valid.model_fields_set}, **(valid.model_extra or {})}
+
+
+def build(spec: str, options: Mapping[str, Any], defaults: Mapping[str, Any] | None = None
+          ) -> Agent:
+    """The agent of a registered name or ``"module:Class"``, its ``options`` validated by
+    :func:`check_options`; ``defaults`` fill the options it takes that are not given (a
+    run's seed, its checkpoint)."""
+    cls = agent_class(spec)
+    taken = options_model(cls).model_fields
+    given = dict(options)
+    for key, value in (defaults or {}).items():
+        if key in taken:
+            given.setdefault(key, value)
+    return cls(**check_options(cls, given, spec))
+
+
+def create(spec: str, /, **options: Any) -> Agent:
+    """An agent by registered name or ``"module:Class"``, with keyword options
+    (:func:`build`)."""
+    return build(spec, options)

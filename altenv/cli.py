@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import Any, NoReturn
+
+from .errors import UserError
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -18,27 +20,20 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _tune(args: argparse.Namespace) -> int:
-    from .config import OTHERS_SHARE, BudgetConfig, load_config
-    from .run import tune_workload
+    from .config import load_config
+    from .run import timing_table, tune_model, tune_workload
 
     cfg = load_config(args.config, **{
         "name": args.name, "workload": args.workload, "agent": args.agent,
-        "output_dir": args.output_dir, "seed": args.seed, **_set_options(args.set),
+        "output_dir": args.output_dir, "seed": args.seed, "budget": args.budget,
+        **_set_options(args.set),
     })
-    if args.budget is not None:
-        cfg = cfg.model_copy(update={"budget": BudgetConfig.split(
-            args.budget, OTHERS_SHARE if cfg.model is not None else 0.0)})
-    from .run import tune_model
-
-    result = (tune_model if cfg.model is not None else tune_workload)(cfg, not args.quiet)
+    result = (tune_model if cfg.model is not None else tune_workload)(
+        cfg, not args.quiet, repair=args.repair)
     print(f"best {result.best_latency * 1e3:.4f} ms after {result.trials} trials "
           f"({result.tuning_seconds:.0f} s); max rel err vs torch {result.max_rel_err:.1e}; "
           f"run directory {result.run_dir}")
-    for name, t in result.timings.items():
-        print(f"  {name:14s} median {t['median_s'] * 1e3:9.4f} ms  "
-              f"[{t['min_s'] * 1e3:.4f} .. {t['max_s'] * 1e3:.4f}]"
-              + ("" if name == "altenv" else
-                 f"  altenv speedup {t['median_s'] / result.timings['altenv']['median_s']:.2f}x"))
+    print(timing_table(result.timings), end="")
     return 0
 
 
@@ -48,7 +43,8 @@ def _train(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config, TrainConfig, output_dir=args.output_dir, seed=args.seed,
                       **_set_options(args.set))
-    checkpoint = train(cfg, progress=not args.quiet)
+    checkpoint = train(cfg, progress=not args.quiet, repair=args.repair,
+                       command=f"altenv train {args.config}")
     print(f"trained agent saved to {checkpoint}; use it with\n  agent: {{name: "
           f"{cfg.agent.name}, options: {{checkpoint: {checkpoint}}}}}")
     return 0
@@ -57,7 +53,7 @@ def _train(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from .run import export_run_dir
 
-    out = export_run_dir(args.run, args.output)
+    out = export_run_dir(args.run, args.output, force=args.force)
     print(f"exported {args.run} to {out}")
     return 0
 
@@ -146,7 +142,8 @@ def _bench(args: argparse.Namespace) -> int:
     from .bench.run import run_bench
 
     timings = run_bench(suite, output, args.filter, progress=not args.quiet,
-                        retime=args.retime, profile=getattr(args, "profile", False))
+                        retime=args.retime, profile=getattr(args, "profile", False),
+                        repair=args.repair)
     print(report(timings, output, suite.baselines), end="")
     print(f"results: {output / 'results.csv'}, plots: {output}/*.png")
     return 0
@@ -161,10 +158,24 @@ def _entry_name(spec: str) -> str:
 
 SET_HELP = ("override a config field: dotted key, YAML value, repeatable "
             "(e.g. measure.enable_cpu_cache_flush=true)")
+REPAIR_HELP = ("move bad lines of the records to <records>.rejected.jsonl and resume "
+               "(without it, a bad line stops the run naming file and line)")
+
+
+class UsageError(UserError):
+    """A command line argparse does not accept."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a bad command line as one :class:`UsageError` line (not the usage
+    text and an exit from inside the parser)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see {self.prog} --help)")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="altenv", description=__doc__)
+    parser = _Parser(prog="altenv", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="tune, export and time the built-in default network")
     demo.add_argument("--layouts", action="store_true",
@@ -180,11 +191,12 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--agent", help="agent name or module:Class")
     tune.add_argument("--budget", type=int,
                       help="measured trials (split 30:70 joint:loop; for a model, 10%% of "
-                           "them first go to its other kernels)")
+                           "them first go to its other kernels); same as budget: N")
     tune.add_argument("--output-dir", help="where runs go (default runs/)")
     tune.add_argument("--seed", type=int)
     tune.add_argument("--quiet", action="store_true", help="no progress bar")
     tune.add_argument("--set", action="append", metavar="KEY=VALUE", help=SET_HELP)
+    tune.add_argument("--repair", action="store_true", help=REPAIR_HELP)
     tune.set_defaults(func=_tune)
 
     train = sub.add_parser("train", help="pretrain an agent over a list of workloads")
@@ -193,11 +205,14 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--seed", type=int)
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.add_argument("--set", action="append", metavar="KEY=VALUE", help=SET_HELP)
+    train.add_argument("--repair", action="store_true", help=REPAIR_HELP)
     train.set_defaults(func=_train)
 
     export = sub.add_parser("export", help="export a tuned run for deployment")
     export.add_argument("run", help="run directory, e.g. runs/resnet18")
-    export.add_argument("--output", required=True, help="directory to write")
+    export.add_argument("--output", required=True, help="directory to write (new or empty)")
+    export.add_argument("--force", action="store_true",
+                        help="write over the files of an earlier export in --output")
     export.set_defaults(func=_export)
 
     env_list = sub.add_parser("envs", help="list the Gymnasium environments and their spaces")
@@ -210,9 +225,11 @@ def build_parser() -> argparse.ArgumentParser:
         p = kinds.add_parser(name, help=f"{entry_help} benchmarks (resume from --output)")
         p.add_argument("--suite", help="suite name in configs/bench/ or a YAML path")
         if name == "ops":
-            p.add_argument("--workload", nargs="+", help="operator specs instead of a suite")
+            p.add_argument("--workload", nargs="+", action="extend",
+                           help="operator specs instead of a suite (repeatable)")
         else:
-            p.add_argument("--model", nargs="+", help="models instead of a suite")
+            p.add_argument("--model", nargs="+", action="extend",
+                           help="models instead of a suite (repeatable)")
         p.add_argument("--budget", type=int, help="measured trials per tuner and entry")
         p.add_argument("--tuners", help="comma-separated: altenv, metaschedule, agent names")
         p.add_argument("--baselines", help="comma-separated: tvm-default, torch")
@@ -231,24 +248,62 @@ def build_parser() -> argparse.ArgumentParser:
                                 "(DIR/<entry>/profile.csv, profile.png)")
         p.add_argument("--quiet", action="store_true", help="no progress bars")
         p.add_argument("--set", action="append", metavar="KEY=VALUE", help=SET_HELP)
+        p.add_argument("--repair", action="store_true", help=REPAIR_HELP)
         p.set_defaults(func=_bench)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    import warnings
+INTERRUPTED = 130
+"""Exit status after Ctrl-C (128 + SIGINT), as shells report it."""
 
-    from .config import ConfigError
+
+def _one_line(message: object) -> str:
+    return " ".join(str(message).split())
+
+
+def _show_warning(message: Warning | str, category: type[Warning], filename: str,
+                  lineno: int, file: Any = None, line: str | None = None) -> None:
+    """Warnings as one line each (``altenv: warning: ...``)."""
+    print(f"altenv: warning: {_one_line(message)}", file=file or sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; a user's error is one line on stderr and status 2, Ctrl-C
+    one line and status 130 (runs resume from their records when run again).
+
+    Ctrl-C raises ``KeyboardInterrupt`` wherever Python runs, which may be a callback TVM
+    called (a MetaSchedule builder or runner written in Python): TVM's FFI hands it back as
+    a bare ``RuntimeError``. So the handler also notes that Ctrl-C came, and whatever
+    exception follows it counts as the interruption."""
+    import signal
+    import warnings
 
     # raised inside torch.export when TVM's frontend imports a model; not actionable here
     warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)`",
                             category=FutureWarning)
-    args = build_parser().parse_args(argv)
+    warnings.showwarning = _show_warning
+    interrupted = []
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        interrupted.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
     try:
+        args = build_parser().parse_args(argv)
         return args.func(args)
-    except ConfigError as err:
-        print(f"altenv: {err}", file=sys.stderr)
+    except UserError as err:
+        print(f"altenv: {_one_line(err)}", file=sys.stderr)
         return 2
+    except Exception:
+        if not interrupted:
+            raise
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    print("altenv: interrupted; run the same command again to resume", file=sys.stderr)
+    return INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -6,11 +6,13 @@ A bad field gets one line naming it and what is allowed, e.g.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -20,11 +22,37 @@ from pydantic import (
     model_validator,
 )
 
+from .errors import UserError
 from .measure import MeasureConfig
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A configuration that does not validate; the message names the field."""
+
+
+def _dir_name(value: str) -> str:
+    """A name that is one directory entry: letters, digits, ``_``, ``-`` and ``.``, not
+    ``.`` or ``..`` (which would put a run in, or above, ``output_dir`` itself)."""
+
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", value) or value in (".", ".."):
+        raise ValueError(f"{value!r} is not a directory name; allowed: letters, digits, '_', "
+                         "'-' and '.' (not '.' or '..', no path separators)")
+    return value
+
+
+DirName = Annotated[str, AfterValidator(_dir_name)]
+"""A run, suite or entry name: one directory under its output directory."""
+
+
+def _target(value: str | dict[str, Any]) -> str | dict[str, Any]:
+    from .target import check_target
+
+    check_target(value)
+    return value
+
+
+TargetSpec = Annotated[str | dict[str, Any], AfterValidator(_target)]
+"""``cpu`` (this host), ``cuda``, or a TVM target dict (:func:`altenv.target.make_target`)."""
 
 
 class Strict(BaseModel):
@@ -39,6 +67,24 @@ class BudgetConfig(Strict):
     joint: int = Field(19, ge=0)
     loop_only: int = Field(45, ge=0)
     others: int = Field(0, ge=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _total(cls, data: Any) -> Any:
+        """``budget: N``: N trials split as :meth:`split` does (no share for others)."""
+        if isinstance(data, int) and not isinstance(data, bool):
+            if data < 1:
+                raise ValueError(f"{data} trials measure nothing; allowed: a whole number >= 1 "
+                                 "or {joint: N, loop_only: N, others: N}")
+            return cls.split(data).model_dump()
+        return data
+
+    @model_validator(mode="after")
+    def _measures(self) -> BudgetConfig:
+        if self.searched < 1:
+            raise ValueError("joint + loop_only is 0: nothing would be measured; allowed: at "
+                             "least 1 trial in joint or loop_only")
+        return self
 
     @property
     def searched(self) -> int:
@@ -84,22 +130,17 @@ class AgentConfig(Strict):
     @field_validator("options")
     @classmethod
     def _options(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
-        """Options a registered agent does not take are named here, not hours later when
-        the agent is built (``module:Class`` agents are imported only to run)."""
+        """Options of a registered agent are checked against its typed options
+        (:func:`agents.check_options`) here, not hours later when the agent is built.
+        ``module:Class`` agents are user code: they are imported and checked before a run
+        starts (:func:`altenv.run.check_run`), never while a config is only read (an
+        exported run's ``config.yaml`` is data)."""
         name = info.data.get("name")
         if name is None or ":" in name:
             return value
-        import inspect
-
         import agents
 
-        params = inspect.signature(agents.agent_class(name)).parameters
-        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-            return value
-        unknown = sorted(set(value) - set(params))
-        if unknown:
-            raise ValueError(f"{name} takes no option {', '.join(map(repr, unknown))}; "
-                             f"allowed: {', '.join(params)}")
+        agents.check_options(agents.agent_class(name), value, name)
         return value
 
 
@@ -144,9 +185,9 @@ class SearchConfig(Strict):
 class _Run(Strict):
     """What every run shares: where it goes, the target, budget, agent and measurement."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    name: DirName
     epilogue: list[Literal["bias", "residual", "relu", "relu6"]] = Field(default_factory=list)
-    target: str | dict[str, Any] = "cpu"
+    target: TargetSpec = "cpu"
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
     agent: AgentConfig = Field(default_factory=AgentConfig)
     measure: MeasureConfig = Field(default_factory=MeasureConfig)
@@ -181,6 +222,17 @@ class RunConfig(_Run):
     #: polynomial versions (``erf``: within 4.2e-7; ``exp``: relative 4.1e-6); ``[]`` keeps
     #: libm's.
     fast_math: list[Literal["erf", "tanh", "exp"]] = Field(default_factory=lambda: ["erf"])
+
+    @model_validator(mode="before")
+    @classmethod
+    def _model_budget(cls, data: Any) -> Any:
+        """``budget: N`` of a model run keeps :data:`OTHERS_SHARE` for its other kernels,
+        as ``altenv tune --budget N`` does."""
+        if isinstance(data, dict) and data.get("model") is not None:
+            budget = data.get("budget")
+            if isinstance(budget, int) and not isinstance(budget, bool) and budget >= 1:
+                data = {**data, "budget": BudgetConfig.split(budget, OTHERS_SHARE).model_dump()}
+        return data
 
     @field_validator("workload")
     @classmethod
@@ -286,7 +338,7 @@ class TrainConfig(_Run):
 def _one_line(err: ValidationError, source: str) -> str:
     first = err.errors()[0]
     loc = ".".join(str(p) for p in first["loc"]) or "(top level)"
-    msg = first["msg"].removeprefix("Value error, ")
+    msg = " ".join(first["msg"].removeprefix("Value error, ").split())
     return f"config {source}: {loc}: {msg}"
 
 

@@ -55,18 +55,14 @@ def run_demo(output_dir: str = "runs", progress: bool = True) -> None:
     """Tune the default network (resumes an interrupted demo), export it, print the
     speedups."""
     from .config import load_config
-    from .run import export_run_dir, tune_model
+    from .run import export_run_dir, timing_table, tune_model
 
     cfg = load_config(DEMO_CONFIG, output_dir=output_dir)
     result = tune_model(cfg, progress)
-    out = export_run_dir(result.run_dir, result.run_dir / "export")
-    t = result.timings
+    # the demo's own export directory, written again each time the demo runs
+    out = export_run_dir(result.run_dir, result.run_dir / "export", force=True)
     print(f"\n{cfg.model} ({cfg.model_options}): {result.trials} trials in "
           f"{result.tuning_seconds:.0f} s; outputs match torch (max rel err "
           f"{result.max_rel_err:.1e})")
-    for name, stats in t.items():
-        ratio = "" if name == "altenv" else \
-            f"   altenv speedup {stats['median_s'] / t['altenv']['median_s']:.2f}x"
-        print(f"  {name:12s} median {stats['median_s'] * 1e3:8.3f} ms "
-              f"[{stats['min_s'] * 1e3:.3f} .. {stats['max_s'] * 1e3:.3f}]{ratio}")
+    print(timing_table(result.timings), end="")
     print(f"exported to {out} (load it with examples/load_exported.py)")

@@ -101,7 +101,7 @@ def export_run(model: ImportedModel, output_dir: str | Path,
     that ``read_through`` their input, the schedules of its other kernels in ``others`` and
     its ``fast_math`` functions (as recorded by a run), check it against the source
     framework on seeded random inputs (relative error at most ``check_tol``; ``None`` skips
-    the check) and export it.
+    the check; a saved model checks against the outputs recorded with it) and export it.
 
     Returns the export directory and the built network.
     """
@@ -110,7 +110,7 @@ def export_run(model: ImportedModel, output_dir: str | Path,
     network = build_network(extract_tasks(model), factors, schedules, target, read_through,
                             others, fast_math)
     extras: dict[str, Any] = {"model": model.name, "source_hash": model.source_hash}
-    if check_tol is not None and model.torch_module is not None:
+    if check_tol is not None and model.has_reference:
         inputs = model.random_inputs(0)
         err = max_rel_err(network.run(inputs), model.reference(inputs))
         if not err <= check_tol:

@@ -1,7 +1,12 @@
 """Records database: every measurement appended durably to a JSON-lines file.
 
 One line per measured candidate, written with flush + fsync, so a run killed at any
-point (even SIGKILL) keeps every completed record; a torn last line is dropped on reopen.
+point (even SIGKILL) keeps every completed record. Every line is validated when the file
+is opened (fields, types, possible values). A torn last line (a write cut off by a kill:
+no newline) is moved to ``<name>.rejected.jsonl`` with a warning; any other bad line stops
+the run with a :class:`CorruptRecordsError` naming file and line, unless the database is
+opened with ``repair``, which moves bad lines there too and goes on. Records files from
+elsewhere are data: nothing in them is executed.
 Each record carries a candidate key (hash of workload, target, layouts and schedule) so
 a resumed run never measures the same candidate twice. A line ``{"final": ...}`` holds a
 workload's finalists re-timed side by side at the end of its tuning (:class:`Final`); the
@@ -18,10 +23,15 @@ import math
 import os
 import statistics
 import time
-from collections.abc import Iterable, Mapping
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .errors import UserError
 
 if TYPE_CHECKING:
     from tvm.ir import IRModule
@@ -176,66 +186,215 @@ class Final:
         return self.keys[i], self.latencies[i]
 
 
+class CorruptRecordsError(UserError):
+    """A records file holds a line that is not a record; the message names the file and
+    line, what is wrong and how to go on."""
+
+
+class RecordsRepaired(UserWarning):
+    """Lines of a records file were moved to its rejected file."""
+
+
+_Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+_Latency = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+
+
+class _Line(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class _Schedule(_Line):
+    trace: Any
+    decisions: list[Any]
+
+
+class _RecordLine(_Line):
+    """What a record line must hold (:meth:`Record.to_json`)."""
+
+    workload: str = Field(min_length=1)
+    target: str
+    layouts: dict[str, Any]
+    schedule: _Schedule
+    latencies: list[_Latency]
+    error: str | None
+    key: str = Field(pattern=r"^[0-9a-f]{32}$")
+    timestamp: _Seconds = 0.0
+    build_seconds: _Seconds = 0.0
+    run_seconds: _Seconds = 0.0
+
+
+class _FinalFields(_Line):
+    workload: str = Field(min_length=1)
+    keys: list[str] = Field(min_length=1)
+    latencies: list[Annotated[float, Field(gt=0)]]  # inf: the finalist failed
+    trials: int = Field(ge=1)
+    cold: bool = False
+    timestamp: _Seconds = 0.0
+
+    @model_validator(mode="after")
+    def _one_latency_each(self) -> _FinalFields:
+        if len(self.keys) != len(self.latencies):
+            raise ValueError(f"{len(self.keys)} keys but {len(self.latencies)} latencies")
+        return self
+
+
+class _FinalLine(_Line):
+    final: _FinalFields
+
+
+def _problem(err: ValidationError) -> str:
+    """The first problem of a line, in one phrase: where and what."""
+    first = err.errors()[0]
+    where = ".".join(str(p) for p in first["loc"])
+    msg = first["msg"].removeprefix("Value error, ")
+    return f"{where}: {msg}" if where else msg
+
+
+@dataclass
+class _Bad:
+    number: int
+    text: bytes
+    reason: str
+
+
 class RecordDB:
     """Append-only JSON-lines database of measurements, indexed in memory.
 
     Parameters
     ----------
     path : str | Path
-        The ``.jsonl`` file; created (with its folder) when missing. One writer at a time.
+        The ``.jsonl`` file; created (with its folder) when missing. One writer at a time
+        (runs hold a :class:`~altenv.lock.DirLock` on their directory).
+    repair : bool
+        Move bad lines to :attr:`rejected_path` and go on, instead of raising
+        :class:`CorruptRecordsError` (a torn last line is always moved, with a warning).
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, repair: bool = False) -> None:
         self.path = Path(path)
+        self.repair = repair
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._records: list[Record] = []
-        self._by_key: dict[str, Record] = {}
-        self._finals: dict[str, Final] = {}
         self._load()
         self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
 
+    @property
+    def rejected_path(self) -> Path:
+        """Where bad lines go: ``records.jsonl`` -> ``records.rejected.jsonl``."""
+        return self.path.with_name(f"{self.path.stem}.rejected{self.path.suffix}")
+
     def _load(self) -> None:
+        self._records: list[Record] = []
+        self._lines: list[int] = []  # the line number of each record
+        self._by_key: dict[str, Record] = {}
+        self._finals: dict[str, Final] = {}
+        self._next_line = 1
         if not self.path.exists():
             return
         raw = self.path.read_bytes()
-        lines = raw.split(b"\n")
-        intact = 0  # length of the prefix made of whole records
-        for number, line in enumerate(lines):
-            last = number == len(lines) - 1
-            if line.strip():
-                try:
-                    data = json.loads(line)
-                    if "final" in data:
-                        final = Final(**data["final"])
-                        self._finals[final.workload] = final
-                    else:
-                        self._index(Record.from_json(data))
-                except (ValueError, KeyError, TypeError) as err:
-                    if last:  # torn write of a killed process: drop it
-                        break
-                    raise ValueError(f"{self.path}:{number + 1}: corrupt record") from err
-            intact += len(line) + (0 if last else 1)
-        if raw and (intact < len(raw) or not raw.endswith(b"\n")):
-            with open(self.path, "r+b") as f:
-                f.truncate(intact)
-                if intact and not raw[:intact].endswith(b"\n"):
-                    f.seek(intact)
-                    f.write(b"\n")
+        lines = raw.split(b"\n")  # the last item is what follows the last newline
+        bad = []
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            reason = self._parse(line, number)
+            if reason is not None:
+                torn = number == len(lines)
+                bad.append(_Bad(number, line, "cut off (a killed write)" if torn else reason))
+        hard = [b for b in bad if b.number != len(lines)]
+        if hard and not self.repair:
+            more = f" (and {len(hard) - 1} more bad lines)" if len(hard) > 1 else ""
+            raise self.corrupt(hard[0].number, f"not a record: {hard[0].reason}{more}")
+        if bad:
+            self._set_aside(lines, bad)
+            return
+        if raw and not raw.endswith(b"\n"):  # a whole record whose newline was not out
+            with open(self.path, "ab") as f:
+                f.write(b"\n")
                 os.fsync(f.fileno())
+            raw += b"\n"
+        self._next_line = raw.count(b"\n") + 1
 
-    def _index(self, record: Record) -> None:
+    def _parse(self, line: bytes, number: int) -> str | None:
+        """Index one line; what is wrong with it, ``None`` if nothing."""
+        try:
+            data = json.loads(line)
+        except ValueError as err:
+            return f"not JSON ({err})"
+        try:
+            if isinstance(data, dict) and "final" in data:
+                _FinalLine.model_validate(data)
+                final = Final(**data["final"])
+                unknown = [k for k in final.keys if k not in self._by_key]
+                if unknown:
+                    return f"final: keys without an earlier record ({unknown[0]})"
+                self._finals[final.workload] = final
+            else:
+                _RecordLine.model_validate(data)
+                self._index(Record.from_json(data), number)
+        except ValidationError as err:
+            return _problem(err)
+        return None
+
+    def _set_aside(self, lines: Sequence[bytes], bad: Sequence[_Bad]) -> None:
+        """Move ``bad`` lines to :attr:`rejected_path` (durably, first), rewrite the file
+        without them, index it again and warn."""
+        with open(self.rejected_path, "ab") as f:
+            f.writelines(b.text + b"\n" for b in bad)
+            os.fsync(f.fileno())
+        dropped = {b.number for b in bad}
+        kept = [line + b"\n" for number, line in enumerate(lines, 1)
+                if line.strip() and number not in dropped]
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with open(tmp, "wb") as f:
+            f.writelines(kept)
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+        folder = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
+        what = "; ".join(f"line {b.number}: {b.reason}" for b in bad[:3])
+        more = f"; and {len(bad) - 3} more" if len(bad) > 3 else ""
+        warnings.warn(RecordsRepaired(f"{self.path}: moved {len(bad)} bad line(s) to "
+                                      f"{self.rejected_path} ({what}{more})"), stacklevel=3)
+        self._load()
+
+    def corrupt(self, number: int, reason: str) -> CorruptRecordsError:
+        """The error of bad line ``number``: file, line, what is wrong, how to go on."""
+        return CorruptRecordsError(
+            f"{self.path}:{number}: {reason}; to resume without it, run the same command "
+            f"with --repair (bad lines move to {self.rejected_path}), or fix or delete the line")
+
+    def line_of(self, record: Record) -> int:
+        """The line of ``record`` in the file (1-based)."""
+        return next(n for r, n in zip(self._records, self._lines) if r is record)
+
+    def reject(self, bad: Sequence[tuple[Record, str]]) -> None:
+        """Move records that turned out unusable (with a reason each, e.g. not a candidate
+        of their workload) to :attr:`rejected_path`, as ``repair`` does with bad lines."""
+        self._file.close()
+        lines = self.path.read_bytes().split(b"\n")
+        self._set_aside(lines, [_Bad(n, lines[n - 1], reason) for n, reason in
+                                sorted((self.line_of(r), reason) for r, reason in bad)])
+        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
+
+    def _index(self, record: Record, line: int) -> None:
         self._records.append(record)
+        self._lines.append(line)
         self._by_key[record.key] = record
 
     def _append(self, data: Mapping[str, Any]) -> None:
         self._file.write(json.dumps(data, separators=(",", ":")) + "\n")
         self._file.flush()
         os.fsync(self._file.fileno())
+        self._next_line += 1
 
     def add(self, record: Record) -> Record:
         """Append ``record`` durably (flush + fsync) and index it."""
+        line = self._next_line
         self._append(record.to_json())
-        self._index(record)
+        self._index(record, line)
         return record
 
     def add_final(self, final: Final) -> Final:

@@ -34,9 +34,30 @@ def make_target(spec: str | dict[str, Any] | tvm.target.Target | None) -> tvm.ta
     if isinstance(spec, dict):
         return tvm.target.Target(spec)
     raise ValueError(
-        f"target: unsupported value {spec!r}; allowed: 'cpu' (this host), 'cuda', "
-        "or a TVM target dict"
+        f"unsupported value {spec!r}; allowed: 'cpu' (this host), 'cuda', or a TVM "
+        "target dict"
     )
+
+
+def check_target(spec: str | dict[str, Any]) -> tvm.target.Target:
+    """:func:`make_target` of a user's target, or a ``ValueError`` of one line saying what
+    is allowed."""
+    if isinstance(spec, str):
+        return make_target(spec)
+    try:
+        return make_target(spec)
+    except Exception as err:  # noqa: BLE001 (TVM reports a bad dict in several ways)
+        reason = " ".join(str(err).split())
+        raise ValueError(f"unsupported value {spec!r} ({reason}); allowed: 'cpu' (this "
+                         "host), 'cuda', or a TVM target dict") from None
+
+
+def check_device(target: tvm.target.Target) -> None:
+    """A ``ValueError`` of one line unless the device ``target`` runs on is present here
+    (a CUDA target needs a visible GPU; measuring on a missing device fails every trial)."""
+    if target.kind.name != "llvm" and not device_of(target).exist:
+        raise ValueError(f"{target.kind.name!r} needs a {target.kind.name} device and none is "
+                         "visible on this host; allowed here: 'cpu'")
 
 
 def device_of(target: tvm.target.Target) -> tvm.runtime.Device:

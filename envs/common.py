@@ -53,6 +53,18 @@ def default_cost_model() -> CostModel:
     return CostModel(base=base) if base is not None else CostModel()
 
 
+def finite_action(action: Any) -> np.ndarray:
+    """``action`` as a float array; a ``ValueError`` naming the entries that are NaN or
+    infinite (a diverged policy: rounding them would silently give factor 1 or an arbitrary
+    direction)."""
+    values = np.asarray(action, dtype=np.float64)
+    bad = np.flatnonzero(~np.isfinite(values))
+    if bad.size:
+        raise ValueError(f"action {values.tolist()}: entries {bad.tolist()} are NaN or "
+                         "infinite; allowed: finite values in the action space")
+    return values
+
+
 def make_task(workload: str | OpTask | None, target: Any, epilogue: Sequence[str],
               levels: int, session: TuningSession | None, mapping: str = "none") -> OpTask:
     """The env's task: ``workload`` (a spec string or an ``OpTask``), or the session's."""

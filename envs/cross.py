@@ -27,6 +27,7 @@ from .common import (
     TuningEnv,
     default_cost_model,
     feature_summary,
+    finite_action,
     make_task,
 )
 from .wrappers import MAX_DIRECTIONS, MAX_SUBSPACES, MAX_VECTOR, fit_directions
@@ -259,7 +260,7 @@ class CrossExplorationEnv(TuningEnv):
         return self._observe(), info
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        action = np.asarray(action)
+        action = finite_action(action).astype(np.int64)
         info: dict[str, Any] = {}
         if self.layout_phase:
             self._start_visit(freeze(factors_from_bins(self.task.template,

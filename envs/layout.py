@@ -25,6 +25,7 @@ from .common import (
     TuningEnv,
     divisor_nvec,
     factors_from_indices,
+    finite_action,
     layout_observation,
     make_task,
 )
@@ -156,9 +157,10 @@ class LayoutTuningEnv(TuningEnv):
 
     def factors_of(self, action: np.ndarray) -> Factors:
         """Template factors of an action."""
+        action = finite_action(action)
         if self.action_type == "continuous":
-            return freeze(self.template.factors_from_actions(np.asarray(action, dtype=float)))
-        return freeze(factors_from_indices(self.template, np.asarray(action)))
+            return freeze(self.template.factors_from_actions(action))
+        return freeze(factors_from_indices(self.template, action.astype(np.int64)))
 
     def action_masks(self) -> np.ndarray:
         """Flat bool mask of the discrete layout action (sb3-contrib's ``MaskablePPO``)."""

@@ -17,7 +17,15 @@ from altenv.space.constraints import LoopConstraints, loop_constraints
 from altenv.tuning import Candidate, OpTask, TuningSession
 from altenv.tuning.task import Factors
 
-from .common import FEATURES, Backend, TuningEnv, as_factors, feature_summary, make_task
+from .common import (
+    FEATURES,
+    Backend,
+    TuningEnv,
+    as_factors,
+    feature_summary,
+    finite_action,
+    make_task,
+)
 
 
 class LoopTuningEnv(TuningEnv):
@@ -167,7 +175,7 @@ class LoopTuningEnv(TuningEnv):
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         if self.point is None:
             raise RuntimeError("call reset() before step()")
-        directions = [int(a) for a in action]
+        directions = [int(a) for a in finite_action(action)]
         self.point = (self.constraints.step(self.point, directions) if self.hardware_constraints
                       else self.space.step(self.point, directions))
         self._t += 1

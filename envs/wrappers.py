@@ -21,7 +21,7 @@ from gymnasium import spaces
 from altenv.costmodel import extract_features
 from altenv.space import LoopPoint, LoopSpace
 
-from .common import FEATURES, feature_summary
+from .common import FEATURES, feature_summary, finite_action
 
 MAX_SUBSPACES = 48
 MAX_DIRECTIONS = 32
@@ -45,7 +45,7 @@ def fit_directions(space: LoopSpace, action: np.ndarray) -> np.ndarray:
     n = space.num_subspaces
     if n > len(action):
         raise ValueError(f"loop space has {n} subspaces, the policy only {len(action)} heads")
-    return np.asarray(action[:n], dtype=np.int64) % space.action_nvec
+    return finite_action(action)[:n].astype(np.int64) % space.action_nvec
 
 
 class PaddedLoop(gym.Wrapper):

@@ -9,8 +9,15 @@ import math
 import pytest
 
 from altenv.bench import load_suite
-from altenv.bench.report import format_table, geomean, rows_of, summary, trials_to_reach
-from altenv.cli import _agent_option, main
+from altenv.bench.report import (
+    format_table,
+    geomean,
+    report,
+    rows_of,
+    summary,
+    trials_to_reach,
+)
+from altenv.cli import _agent_option, build_parser, main
 from altenv.config import ConfigError
 
 FAST = {"number": 1, "repeat": 2, "min_repeat_ms": 2}
@@ -70,14 +77,16 @@ def test_cli_wants_a_suite_or_workloads(capsys):
 
 
 def test_labelled_agents_are_tuners_with_their_options(tmp_path):
-    from altenv.bench.ops import _agent, cell_dir
+    from altenv.bench.ops import cell_dir
+    from altenv.run import make_agent
 
     suite = load_suite(str(_suite_file(tmp_path)), **{
         "tuners": ["altenv", "metaschedule", "evo-small", "evo8", "random"],
         "agents.evo8": _agent_option("evo8=evolution{initial_layouts: 8, epsilon: 0.5}")[1]})
-    evo8 = _agent(suite, "evo8", seed=3)
+    evo8 = make_agent(suite.agent("evo8"), {"seed": 3})
     assert (type(evo8).__name__, evo8.initial_layouts, evo8.epsilon) == ("EvolutionAgent", 8, 0.5)
-    assert _agent(suite, "altenv", seed=3).initial_layouts == 4  # the default evolution
+    # the default evolution
+    assert make_agent(suite.agent("altenv"), {"seed": 3}).initial_layouts == 4
     assert suite.agent("random").name == "random" and suite.agent("metaschedule") is None
     assert cell_dir(tmp_path, suite.workloads[0], "evo8", 3).name == "evo8-seed3"
 
@@ -96,9 +105,19 @@ def test_cli_agent_option_is_parsed_and_validated(tmp_path, capsys):
     assert "agents.evo8.options: evolution takes no option 'initial_layout'" in err
 
 
-def _timing(name, tuners):
+def test_repeated_workload_and_model_flags_add_up():
+    """``--workload A --workload B`` benches both (the flag appends), as ``--workload A B``."""
+    parser = build_parser()
+    ops = parser.parse_args(["bench", "ops", "--workload", "gmm:M=8,N=8,K=8", "--workload",
+                             "gmm:M=16,N=8,K=8", "gmm:M=32,N=8,K=8"])
+    assert ops.workload == ["gmm:M=8,N=8,K=8", "gmm:M=16,N=8,K=8", "gmm:M=32,N=8,K=8"]
+    nets = parser.parse_args(["bench", "net", "--model", "resnet18", "--model", "bert_tiny"])
+    assert nets.model == ["resnet18", "bert_tiny"]
+
+
+def _timing(name, tuners, torch_spread=0.1):
     programs = {"tvm-default": {"median_s": 4e-3, "spread": 0.1},
-                "torch": {"median_s": 2e-3, "spread": 0.1}}
+                "torch": {"median_s": 2e-3, "spread": torch_spread}}
     cells = {}
     for tuner, latency in tuners.items():
         programs[f"{tuner}#0"] = {"median_s": latency, "spread": 0.05}
@@ -120,9 +139,31 @@ def test_report_geomeans_are_over_workloads():
             stats["altenv"]["speedup_vs_metaschedule_max"]) == (0.5, 2.0)
     table = format_table(timings, rows, ["tvm-default", "torch"])
     assert "geomean x vs metaschedule" in table and table.count("\n") == 7
+    assert "*" not in table and all(r["noisy"] == "" for r in rows)
     assert geomean([2.0, 8.0, math.inf, math.nan]) == pytest.approx(4.0)
     assert trials_to_reach([5.0, 3.0, 2.0, 1.0], 2.0) == 3
     assert trials_to_reach([5.0, 3.0], 2.0) == math.inf
+
+
+def test_a_timing_too_spread_is_flagged_and_speedups_on_it_are_marked(tmp_path):
+    """A torch baseline whose rounds spread 2x its median (a loaded host) is flagged in the
+    table and the CSV, and the speedups over it carry the mark; the others do not."""
+    timings = [_timing("a", {"altenv": 1e-3, "metaschedule": 2e-3}, torch_spread=2.0),
+               _timing("b", {"altenv": 1e-3, "metaschedule": 0.5e-3})]
+    timings[1]["programs"]["metaschedule#0"]["spread"] = 0.3
+    table = report(timings, tmp_path, ["tvm-default", "torch"])
+    rows = list(csv.DictReader((tmp_path / "results.csv").open()))
+    assert [(r["workload"], r["tuner"], r["noisy"]) for r in rows] == [
+        ("a", "altenv", "torch"), ("a", "metaschedule", "torch"),
+        ("b", "altenv", "metaschedule#0"), ("b", "metaschedule", "metaschedule#0")]
+    lines = {line.split("  ")[0]: line for line in table.splitlines()}
+    assert lines["a"].split()[-1] == "2*"  # torch's latency (ms)
+    assert lines["b"].split()[2] == "0.5*"  # MetaSchedule's
+    assert lines["geomean x vs torch"].split()[4].endswith("*")
+    assert not lines["geomean x vs tvm-default"].split()[4].endswith("*")
+    vs_ms = lines["geomean x vs metaschedule"].split()
+    assert vs_ms[4].endswith("*") and vs_ms[7].endswith("*")  # altenv's and MS's own
+    assert "too spread to trust" in table
 
 
 def _records(path):

@@ -40,7 +40,7 @@ def write(tmp_path: Path, text: str) -> Path:
     ("name: x\n", "give exactly one of 'workload'"),
     ("name: x\nworkload: gmm:M=8,N=8,K=8\nepilogue: [gelu]\n",
      "epilogue.0: Input should be 'bias', 'residual', 'relu' or 'relu6'"),
-    ("name: x y\nworkload: gmm:M=8,N=8,K=8\n", "name: String should match pattern"),
+    ("name: x y\nworkload: gmm:M=8,N=8,K=8\n", "name: 'x y' is not a directory name"),
     ("name: x\nworkload: gmm:M=8,N=8,K=8\nmeasure: {number: 0}\n",
      "measure.number: Input should be greater than or equal to 1"),
     ("- a\n- b\n", "the top level must be a mapping"),
@@ -105,27 +105,56 @@ def test_cli_set_overrides_fields_and_names_bad_ones(tmp_path, capsys):
         capsys.readouterr().err
 
 
-@pytest.mark.slow
-def test_tune_killed_and_resumed(tmp_path):
-    """SIGKILL mid-run, then the same command again: it says it resumes, keeps every
-    record, measures nothing twice and stops at the budget."""
-    cmd = [sys.executable, "-m", "altenv.cli", "tune", "--workload", "gmm:M=32,N=32,K=32",
-           "--name", "k", "--budget", "24", "--output-dir", str(tmp_path), "--quiet"]
-    records = tmp_path / "k" / "records.jsonl"
+def _run_until(cmd: list[str], records: Path, count: int) -> subprocess.Popen:
+    """``cmd`` in a session of its own, once ``records`` holds ``count`` lines."""
     proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT)
+                            stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:
-        if records.exists() and sum(1 for _ in records.open()) >= 8:
+        if records.exists() and sum(1 for _ in records.open()) >= count:
             break
         time.sleep(0.2)
+    return proc
+
+
+@pytest.mark.slow
+def test_tune_interrupted_killed_damaged_and_resumed(tmp_path, capsys):
+    """Ctrl-C mid-run: one line, status 130, no candidate recorded as failed. SIGKILL,
+    then a garbage line and a torn one in the records: the same command names the bad
+    line; with --repair it moves both aside and resumes. Every record is kept, nothing is
+    measured twice, the run stops at the budget."""
+    args = ["tune", "--workload", "gmm:M=32,N=32,K=32", "--name", "k", "--budget", "24",
+            "--output-dir", str(tmp_path), "--quiet"]
+    cmd = [sys.executable, "-m", "altenv.cli", *args]
+    records = tmp_path / "k" / "records.jsonl"
+    proc = _run_until(cmd, records, 4)
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C at a terminal does
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out + err
+    assert err == "altenv: interrupted; run the same command again to resume\n"
+    lines = [json.loads(line) for line in records.open()]
+    assert lines and all(line["error"] is None for line in lines)
+
+    proc = _run_until(cmd, records, 8)
     os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    proc.communicate()
     before = [json.loads(line)["key"] for line in records.open() if line.strip()]
     assert 8 <= len(before) < 24
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    with records.open("a") as f:
+        f.write('garbage\n{"workload": "gmm:M=3')  # and a write cut off by the kill
+    assert main(args) == 2
+    assert capsys.readouterr().err == (
+        f"altenv: {records}:{len(before) + 1}: not a record: not JSON (Expecting value: line 1 "
+        f"column 1 (char 0)); to resume without it, run the same command with --repair (bad "
+        f"lines move to {tmp_path / 'k' / 'records.rejected.jsonl'}), or fix or delete the "
+        "line\n")
+
+    out = subprocess.run([*cmd, "--repair"], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr
     assert f"resuming run {tmp_path / 'k'} ({len(before)} records)" in out.stdout
+    assert f"moved 2 bad line(s) to {tmp_path / 'k' / 'records.rejected.jsonl'}" in out.stderr
+    assert (tmp_path / "k" / "records.rejected.jsonl").read_text() == \
+        'garbage\n{"workload": "gmm:M=3\n'
     lines = [json.loads(line) for line in records.open()]
     after = [line["key"] for line in lines if "final" not in line]
     assert len(after) == 24 and len(set(after)) == 24 and after[:len(before)] == before

@@ -19,6 +19,7 @@ from altenv.layout import Layout
 from altenv.ops import run_numpy
 from altenv.tuning import OpTask
 from envs.common import factors_from_indices, layout_observation, tensor_state
+from envs.wrappers import PaddedLoop
 
 GMM = "gmm:M=16,N=16,K=16"
 C2D = "c2d:N=1,I=8,O=16,H=8,W=8,KH=3,KW=3,pad=1"
@@ -190,6 +191,24 @@ def test_argument_errors(tasks, cost_model):
         envs.LoopTuningEnv()
     with pytest.raises(ValueError, match="must divide"):
         envs.LoopTuningEnv(tasks[GMM], layout={"mt": 3, "nt": 1, "kt": 1})
+
+
+@pytest.mark.parametrize("name, bad", list(zip(CONFIGS, [math.nan, math.inf, -math.inf, math.nan])))
+def test_nan_and_inf_actions_are_refused(name, bad, tasks, cost_model):
+    """A diverged policy's action is an error naming the entry, not factor 1 or an
+    arbitrary direction (the padded loop wrapper too)."""
+    env = make(name, tasks, cost_model)
+    env.reset(seed=0)
+    action = env.action_space.sample().astype(np.float64)
+    action[-1] = bad
+    with pytest.raises(ValueError, match=rf"entries \[{len(action) - 1}\] are NaN or infinite"):
+        env.step(action)
+    if name == "loop":
+        padded = PaddedLoop(env)
+        padded.reset(seed=0)
+        with pytest.raises(ValueError, match="NaN or infinite"):
+            padded.step(np.full(padded.action_space.shape, bad))
+    env.close()
 
 
 @pytest.mark.slow

@@ -6,6 +6,9 @@ action masks work with sb3-contrib's MaskablePPO."""
 from __future__ import annotations
 
 import math
+import os
+import signal
+import time
 
 import numpy as np
 import pytest
@@ -114,6 +117,21 @@ def test_layout_model_multi_level_and_vector_knobs():
         task.template.check(factors)  # levels of a dim divide it together
         assert factors["ot"] in (1, 32) or factors["ot"] % 8 == 0
     assert model.knob_values("ot") == {1, 8, 16, 32}
+
+
+def test_ctrl_c_is_still_pythons_after_a_layout_solve():
+    """CP-SAT installs a SIGINT handler of its own for a solve and leaves SIG_DFL behind
+    unless told not to: Ctrl-C then killed a run without a word. After a solve it must
+    still raise KeyboardInterrupt (if it does not, this test process dies)."""
+    model = LayoutConstraints(OpTask("gmm:M=16,N=16,K=16").template, Hardware(256, 32768, 524288))
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # xdist ignores it
+    try:
+        assert model.sample(2, np.random.default_rng(0))
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)  # delivered here
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_layout_model_blocks_depthwise_input_like_its_output():

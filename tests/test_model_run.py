@@ -44,12 +44,27 @@ def test_tune_model_export_and_load_with_plain_tvm(tmp_path, tiny_model):
     for task, choice in choices.items():
         assert best["tasks"][task]["factors"] == choice["factors"][choice["chosen"]]
 
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import tiny
+    finally:
+        sys.path.remove(str(tmp_path))
+    module, _ = tiny.factory()
+    # the run directory travels; its model file now runs code when imported: export must not
+    marker = tmp_path / "marker"
+    (tmp_path / "tiny.py").write_text(f"open({str(marker)!r}, 'w').close()\n"
+                                      + (tmp_path / "tiny.py").read_text())
     out = tmp_path / "deploy"
     assert main(["export", str(run), "--output", str(out)]) == 0
+    assert not marker.exists()
     manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["max_rel_err"] < 1e-4  # checked against the outputs the run recorded
     # the calls the run chose (by timing) to read their input as stored are rebuilt so
     assert manifest["reads_through"] == len(best["read_through"]) == summary["reads_through"]
     assert manifest["inputs"][0]["shape"] == [1, 3, 8, 8]
+    assert main(["export", str(run), "--output", str(out)]) == 2  # not over an export
+    assert main(["export", str(run), "--output", str(out), "--force"]) == 0
+    assert not marker.exists()
 
     x = np.random.default_rng(3).uniform(-1, 1, (1, 3, 8, 8)).astype("float32")
     np.savez(tmp_path / "in.npz", x=x)
@@ -58,12 +73,6 @@ def test_tune_model_export_and_load_with_plain_tvm(tmp_path, tiny_model):
                            str(tmp_path / "out.npz")], capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr
-    sys.path.insert(0, str(tmp_path))
-    try:
-        import tiny
-    finally:
-        sys.path.remove(str(tmp_path))
-    module, _ = tiny.factory()
     with torch.no_grad():
         ref = module(torch.from_numpy(x)).numpy()
     got = np.load(tmp_path / "out.npz")
@@ -151,8 +160,8 @@ def test_the_task_schedulers_trials_resume_after_a_kill(tmp_path):
     lines = (run / "records.jsonl").read_text().splitlines()
     trials = [i for i, line in enumerate(lines) if '"final"' not in line[:10]]
     assert len(trials) == 12
-    (run / "records.jsonl").write_text(
-        "\n".join(line for i, line in enumerate(lines) if i not in trials[-2:]) + "\n")
+    # killed before the last two trials: they and every line after them are not written
+    (run / "records.jsonl").write_text("\n".join(lines[:trials[-2]]) + "\n")
     assert main(args) == 0
     summary = json.loads((run / "summary.json").read_text())
     assert summary["resumed_records"] == 10

@@ -14,7 +14,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from altenv.records import Final, Record, RecordDB, candidate_key, plain_json
+from altenv.records import (
+    CorruptRecordsError,
+    Final,
+    Record,
+    RecordDB,
+    RecordsRepaired,
+    candidate_key,
+    plain_json,
+)
 
 TARGET = '{"kind":"llvm","num-cores":2}'
 
@@ -81,16 +89,20 @@ def test_candidate_key_is_stable_and_discriminating() -> None:
     assert a != candidate_key("mm2", TARGET, {"A": [1, 2], "B": [3]}, [["Split"]], [[2, 32]])
 
 
-def test_torn_last_line_is_dropped(tmp_path: Path) -> None:
+def test_torn_last_line_is_moved_aside_with_a_warning(tmp_path: Path) -> None:
     path = tmp_path / "records.jsonl"
     with RecordDB(path) as db:
         for i in range(3):
             db.add(make_record("mm", i, [1e-3 * (i + 1)]))
     whole = path.read_bytes()
-    path.write_bytes(whole + whole.splitlines(keepends=True)[0][:37])  # killed mid-write
-    with RecordDB(path) as db:
+    torn = whole.splitlines(keepends=True)[0][:37]
+    path.write_bytes(whole + torn)  # killed mid-write
+    with pytest.warns(RecordsRepaired, match=r"moved 1 bad line\(s\) .*line 4: cut off"):
+        db = RecordDB(path)
+    with db:
         assert len(db) == 3
         db.add(make_record("mm", 3, [5e-4]))
+    assert db.rejected_path.read_bytes() == torn + b"\n"  # kept, not deleted
     with RecordDB(path) as db:
         assert len(db) == 4 and db.best("mm").decisions[0] == [3, 4]
     path.write_bytes(path.read_bytes().rstrip(b"\n"))  # complete record, newline not yet out
@@ -100,13 +112,84 @@ def test_torn_last_line_is_dropped(tmp_path: Path) -> None:
     assert len(RecordDB(path)) == 5
 
 
-def test_corrupt_middle_line_is_an_error(tmp_path: Path) -> None:
+@pytest.mark.parametrize("line, problem", [
+    (b"{not json", "not JSON"),
+    (b"[1, 2]", "Input should be a valid dictionary"),
+    (b'{"workload": "mm"}', "target: Field required"),
+    (b'{"final": {"workload": "mm", "keys": [], "latencies": [], "trials": 1}}',
+     "final.keys: List should have at least 1 item"),
+    (b'{"final": {"workload": "mm", "keys": ["a"], "latencies": [1, 2], "trials": 1}}',
+     "1 keys but 2 latencies"),
+])
+def test_a_bad_line_names_file_and_line_and_repair_moves_it(tmp_path: Path, line: bytes,
+                                                            problem: str) -> None:
     path = tmp_path / "records.jsonl"
     with RecordDB(path) as db:
         db.add(make_record("mm", 0, [1e-3]))
-    path.write_bytes(b"{not json\n" + path.read_bytes())
-    with pytest.raises(ValueError, match="records.jsonl:1: corrupt record"):
+        db.add(make_record("mm", 1, [2e-3]))
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(lines[0] + line + b"\n" + lines[1])
+    before = path.read_bytes()
+    with pytest.raises(CorruptRecordsError) as err:
         RecordDB(path)
+    message = str(err.value)
+    assert message.startswith(f"{path}:2: not a record: ") and problem in message
+    assert "--repair" in message and "\n" not in message
+    assert path.read_bytes() == before  # nothing changed without --repair
+    with pytest.warns(RecordsRepaired, match="line 2"):
+        repaired = RecordDB(path, repair=True)
+    with repaired as db:
+        assert [r.decisions[0][0] for r in db.records()] == [0, 1]
+        assert db.line_of(db.records()[1]) == 2
+    assert path.read_bytes() == lines[0] + lines[1]
+    assert (tmp_path / "records.rejected.jsonl").read_bytes() == line + b"\n"
+
+
+@pytest.mark.parametrize("field, value, problem", [
+    ("latencies", "fast", "latencies: Input should be a valid list"),
+    ("latencies", [-1.0], "latencies.0: Input should be greater than 0"),
+    ("latencies", [float("nan")], "latencies.0: Input should be a finite number"),
+    ("key", "x", "key: String should match pattern"),
+    ("build_seconds", -2.0, "build_seconds: Input should be greater than or equal to 0"),
+    ("error", 3, "error: Input should be a valid string"),
+    ("bogus", 1, "bogus: Extra inputs are not permitted"),
+])
+def test_wrong_types_and_impossible_values_are_bad_lines(tmp_path: Path, field: str,
+                                                         value: object, problem: str) -> None:
+    path = tmp_path / "records.jsonl"
+    data = make_record("mm", 0, [1e-3]).to_json()
+    data[field] = value
+    path.write_text(json.dumps(data) + "\n")
+    with pytest.raises(CorruptRecordsError, match=f"records.jsonl:1: not a record: {problem}"):
+        RecordDB(path)
+
+
+def test_unusable_records_are_rejected_by_their_session_under_repair(tmp_path: Path) -> None:
+    """A record that is well formed but no candidate of its workload (layout factors of
+    another template) stops a session naming file and line; with ``repair`` it is moved
+    aside and the session resumes from the rest."""
+    from synthetic import SyntheticMeasurer
+
+    from altenv.tuning import Candidate, OpTask, TuningSession
+
+    task = OpTask("gmm:M=16,N=16,K=16")
+    factors = task.default_factors()
+    path = tmp_path / "records.jsonl"
+    with RecordDB(path) as db:
+        session = TuningSession(task, SyntheticMeasurer(), db, check=False)
+        points = task.space(factors).sample(2, np.random.default_rng(0))
+        session.measure([Candidate(factors, p) for p in points])
+        db.add(make_record(task.key, 9, [1e-3], layouts={"factors": {"zz": 3}}))
+    with RecordDB(path) as db, pytest.raises(CorruptRecordsError) as err:
+        TuningSession(task, SyntheticMeasurer(), db, check=False)
+    assert str(err.value).startswith(f"{path}:3: not a candidate of {task.key} (")
+    with pytest.warns(RecordsRepaired, match="line 3"), RecordDB(path, repair=True) as db:
+        session = TuningSession(task, SyntheticMeasurer(), db, check=False)
+        assert session.trials == 2 and len(db) == 2
+        session.measure([Candidate(factors, p) for p in
+                         task.space(factors).sample(4, np.random.default_rng(1))])
+    assert session.trials > 2 and len(RecordDB(path)) == session.trials
+    assert b'"zz"' in db.rejected_path.read_bytes()
 
 
 RESUMABLE_RUN = textwrap.dedent("""

@@ -13,7 +13,7 @@ from altenv.measure import MeasureConfig, create
 from altenv.ops import run_numpy
 from altenv.records import RecordDB
 from altenv.space import StaleRecordError
-from altenv.tuning import Budget, OpTask, TuningSession, tune
+from altenv.tuning import Budget, Candidate, OpTask, TuningSession, tune
 from altenv.tuning.transfer import carry_back, tuned_task, warm_start
 
 SPEC = "c2d:N=1,I=8,O=16,H=8,W=8,KH=3,KW=3,pad=1"
@@ -97,6 +97,43 @@ def test_agent_registry_errors():
         agents.create("no_such_module:Agent")
     with pytest.raises(ValueError, match="not a subclass"):
         agents.create("numpy:ndarray")
+
+
+def test_agent_options_are_typed_by_the_agents_signature(tmp_path):
+    """One mechanism for every agent: its ``__init__`` signature as a pydantic model; the
+    options are converted to the annotated types, refused with a line naming them."""
+    evolution = agents.agent_class("evolution")
+    fields = agents.options_model(evolution).model_fields
+    assert fields["initial_layouts"].default == 4 and "seed" in fields
+    agent = agents.build("evolution", {"initial_layouts": "8", "epsilon": 1},
+                         {"seed": 5, "tensorboard_log": "tb"})  # defaults it does not take
+    assert (agent.initial_layouts, agent.epsilon) == (8, 1.0)
+    with pytest.raises(ValueError, match=r"evolution option initial_layouts: Input should be a "
+                                         r"valid integer.* \(got 'many'\)"):
+        agents.create("evolution", initial_layouts="many")
+    with pytest.raises(ValueError, match="random takes no option 'steps'; allowed: seed"):
+        agents.create("random", steps=3)
+    assert agents.check_options(agents.agent_class("mind_mappings"),
+                                {"hidden_sizes": [8, 4]}, "mm") == {"hidden_sizes": [8, 4]}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spec", ["gmm:M=32,N=32,K=512,dtype=float16",
+                                  "gmm:M=16,N=32,K=64,dtype=int8"])
+def test_float16_and_int8_candidates_pass_the_check_of_their_dtype(measurer, tmp_path, spec):
+    """float16 sums in float16 (its error grows with K, 8e-3 here): the float32 tolerance
+    rejected every candidate and a run burnt its budget. int8 sums in int32, exactly (some
+    int8 schedules fail to build in TVM; none may fail the check)."""
+    task = OpTask(spec)
+    factors = task.default_factors()
+    with RecordDB(tmp_path / "records.jsonl") as db:
+        session = TuningSession(task, measurer, db)
+        points = task.space(factors).sample(4, np.random.default_rng(0))
+        latencies = session.measure([Candidate(factors, p) for p in points])
+        errors = [r.error for r in db.records() if r.error is not None]
+    assert sum(np.isfinite(latencies)) >= 3 and not any("wrong result" in e for e in errors)
+    op = task.program(factors).op
+    assert op.tolerance() == (0.0 if "int8" in spec else 2 ** -9 * 512 ** 0.5)
 
 
 def test_budget_split():

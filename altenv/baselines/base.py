@@ -20,6 +20,7 @@ from tvm.target import Target
 
 from ..measure import MeasureConfig, PersistentBuilder, WrongResultError
 from ..measure.check import max_relative_error
+from ..measure.signals import sigint_blocked
 from ..target import target_cores, use_tvm_threads
 from .timing import BlockTimer, TimingStats, time_interleaved
 
@@ -176,15 +177,16 @@ def metaschedule_session(
         preload=config.builder_preload,
         max_process_uses=config.builder_max_uses,
     )
-    runner = LocalRunner(
-        timeout_sec=config.run_timeout,
-        evaluator_config=EvaluatorConfig(
-            number=config.number,
-            repeat=config.repeat,
-            min_repeat_ms=config.min_repeat_ms,
-            enable_cpu_cache_flush=config.enable_cpu_cache_flush,
-        ),
-    )
+    with sigint_blocked():  # its worker starts now; Ctrl-C is for this process
+        runner = LocalRunner(
+            timeout_sec=config.run_timeout,
+            evaluator_config=EvaluatorConfig(
+                number=config.number,
+                repeat=config.repeat,
+                min_repeat_ms=config.min_repeat_ms,
+                enable_cpu_cache_flush=config.enable_cpu_cache_flush,
+            ),
+        )
     try:
         with tune_context_intrins(target), _unnamed_log_handlers_detached():
             yield builder, runner

@@ -30,6 +30,8 @@ from typing import IO, Any
 import cloudpickle
 import numpy as np
 
+from ..measure.signals import sigint_blocked
+
 Setup = Callable[[], tuple[Callable[[], object], Callable[[], list[np.ndarray]]]]
 """Runs in the worker: returns ``(run, outputs)`` like a :class:`~altenv.baselines.Baseline`."""
 
@@ -89,9 +91,10 @@ class IsolatedRun:
     The worker stops when this object is closed or collected."""
 
     def __init__(self, setup: Setup, threads: int):
-        self._process = subprocess.Popen(
-            [sys.executable, "-c", "from altenv.baselines.isolated import main; main()"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        with sigint_blocked():  # Ctrl-C is for this process, which stops the worker
+            self._process = subprocess.Popen(
+                [sys.executable, "-c", "from altenv.baselines.isolated import main; main()"],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self._finalizer = weakref.finalize(self, _stop, self._process)
         _send(self._process.stdin, (cloudpickle.dumps(setup), threads, list(sys.path)))
         self._reply()

@@ -10,6 +10,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+NOISY_SPREAD = 0.25
+"""A timing whose :attr:`TimingStats.spread` (interquartile range over median) is above
+this is too spread to trust: the middle half of its rounds differ by more than a quarter of
+its median, so a ratio built on it can move that much when timed again (a busy host; 92 %
+of the tuned programs in docs/results stay below it)."""
+
 
 @dataclass(frozen=True)
 class TimingStats:
@@ -54,6 +60,16 @@ class TimingStats:
         """Interquartile range relative to the median."""
         q1, q3 = self.iqr
         return (q3 - q1) / self.median if self.median > 0 else 0.0
+
+    @property
+    def noisy(self) -> bool:
+        """Whether :attr:`spread` is above :data:`NOISY_SPREAD` (too spread to trust)."""
+        return self.spread > NOISY_SPREAD
+
+    def summary(self) -> dict[str, float | bool]:
+        """Median, min, max (seconds), spread and ``noisy``, as runs and benches store them."""
+        return {"median_s": self.median, "min_s": self.min, "max_s": self.max,
+                "spread": self.spread, "noisy": self.noisy}
 
 
 class BlockTimer(Protocol):

@@ -20,7 +20,7 @@ from typing import Any
 from ..config import OTHERS_SHARE, BudgetConfig, RunConfig
 from ..measure import MeasureConfig
 from ..target import make_target
-from .ops import METASCHEDULE, cell_dir
+from .ops import METASCHEDULE, cell_dir, cell_lock
 from .suite import BenchSuite, NetEntry
 
 
@@ -34,10 +34,19 @@ def _run_config(suite: BenchSuite, entry: NetEntry, tuner: str, seed: int, path:
 
 
 def tune_net_cell(suite: BenchSuite, entry: NetEntry, tuner: str, seed: int, output: Path,
-                  budget: int, measure: MeasureConfig, progress: bool = True
-                  ) -> dict[str, Any]:
-    """Tune one network cell unless its ``cell.json`` says it is finished."""
+                  budget: int, measure: MeasureConfig, progress: bool = True,
+                  repair: bool = False) -> dict[str, Any]:
+    """Tune one network cell unless its ``cell.json`` says it is finished (locked while it
+    is tuned, :func:`~altenv.bench.ops.cell_lock`)."""
     path = cell_dir(output, entry, tuner, seed)
+    with cell_lock(path):
+        return _tune_net_cell(suite, entry, tuner, seed, path, budget, measure, progress,
+                              repair)
+
+
+def _tune_net_cell(suite: BenchSuite, entry: NetEntry, tuner: str, seed: int, path: Path,
+                   budget: int, measure: MeasureConfig, progress: bool, repair: bool
+                   ) -> dict[str, Any]:
     done = path / "cell.json"
     if done.exists() and json.loads(done.read_text()).get("budget") == budget:
         return json.loads(done.read_text())
@@ -58,7 +67,7 @@ def tune_net_cell(suite: BenchSuite, entry: NetEntry, tuner: str, seed: int, out
         from ..run import tune_model
 
         result = tune_model(_run_config(suite, entry, tuner, seed, path, budget, measure),
-                            progress)
+                            progress, repair)
         summary = {"trials": result.trials, "tuning_seconds": result.tuning_seconds,
                    "history": []}
     summary.update(workload=entry.name, model=entry.model, tuner=tuner, seed=seed,
@@ -135,8 +144,7 @@ def retime_net(suite: BenchSuite, entry: NetEntry, cells: list[dict[str, Any]], 
     stats = compare(runs, expected, rtol=1e-4, rounds=rounds)
     timing = {"workload": entry.name, "model": entry.model, "options": entry.options,
               "budget": cells[0]["budget"], "target": str(make_target(suite.target)),
-              "programs": {name: {"median_s": st.median, "min_s": st.min, "max_s": st.max,
-                                  "spread": st.spread} for name, st in stats.items()},
+              "programs": {name: st.summary() for name, st in stats.items()},
               "cells": {f"{c['tuner']}#{c['seed']}": {
                   "tuner": c["tuner"], "seed": c["seed"], "trials": c["trials"],
                   "tuning_seconds": c["tuning_seconds"], "history": c["history"],

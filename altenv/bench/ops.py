@@ -5,6 +5,7 @@ Each (workload, tuner, seed) is a *cell* tuned in its own directory::
     DIR/<workload>/<tuner>-seed<k>/   records.jsonl + progress.json (agents; resumable)
                                       or MetaSchedule's work dir (restarted if cut short)
                                       cell.json once finished: trials, seconds, history
+    DIR/<workload>/<tuner>-seed<k>.lock   held while the cell is tuned (one writer)
     DIR/<workload>/timing.json        the interleaved re-timing of all finished cells
 
 When every cell of a workload is finished, its final programs are rebuilt in this
@@ -15,14 +16,16 @@ made from the ``timing.json`` files, so a suite run in chunks reports as one.
 
 from __future__ import annotations
 
-import inspect
+import contextlib
 import json
 import math
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ..lock import DirLock
 from ..measure import MeasureConfig
 from ..space.loop_space import StaleRecordError
 from ..target import make_target
@@ -36,26 +39,25 @@ def cell_dir(output: Path, entry: OpEntry, tuner: str, seed: int) -> Path:
     return output / entry.name / f"{tuner.replace(':', '.')}-seed{seed}"
 
 
-def _agent(suite: BenchSuite, tuner: str, seed: int) -> Any:
-    """The agent of a tuner (:meth:`BenchSuite.agent`) with its options; ``seed`` is passed
-    where the agent takes one."""
-    import agents
-
-    spec = suite.agent(tuner)
-    options = dict(spec.options)
-    cls = agents.agent_class(spec.name)
-    if "seed" in inspect.signature(cls).parameters:
-        options.setdefault("seed", seed)
-    return cls(**options)
+@contextlib.contextmanager
+def cell_lock(path: Path) -> Iterator[None]:
+    """Hold the lock of the cell tuned in ``path`` (``<cell>.lock`` beside it, since a
+    MetaSchedule cell's directory is replaced): a second process is refused, naming this
+    one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with DirLock(path.with_name(path.name + ".lock"), f"bench cell {path}"):
+        yield
 
 
 def _tune_agent_cell(suite: BenchSuite, entry: OpEntry, tuner: str, seed: int, path: Path,
-                     budget: int, measure: MeasureConfig, progress: bool) -> dict[str, Any]:
+                     budget: int, measure: MeasureConfig, progress: bool, repair: bool
+                     ) -> dict[str, Any]:
     """Tune one cell with an altenv agent; resumes from its records (no trial repeated) and
     keeps the tuning seconds of earlier attempts in ``progress.json``."""
     from ..costmodel import CostModel
     from ..measure import create
     from ..records import RecordDB
+    from ..run import make_agent
     from ..tuning import Budget, OpTask, TuningSession, tune
 
     path.mkdir(parents=True, exist_ok=True)
@@ -68,9 +70,9 @@ def _tune_agent_cell(suite: BenchSuite, entry: OpEntry, tuner: str, seed: int, p
 
     task = OpTask(entry.spec, suite.target, entry.epilogue)
     with create(None, measure, task.target) as measurer, \
-            RecordDB(path / "records.jsonl") as db:
+            RecordDB(path / "records.jsonl", repair) as db:
         session = TuningSession(task, measurer, db, CostModel(seed=seed))
-        agent = _agent(suite, tuner, seed)
+        agent = make_agent(suite.agent(tuner), {"seed": seed})
         tune(session, agent, Budget.split(budget), progress=progress,
              callbacks=[save_progress])
         save_progress(None)
@@ -142,28 +144,32 @@ def _best_decodes(suite: BenchSuite, entry: OpEntry, summary: dict[str, Any], pa
 
 
 def tune_cell(suite: BenchSuite, entry: OpEntry, tuner: str, seed: int, output: Path,
-              budget: int, measure: MeasureConfig, progress: bool = True) -> dict[str, Any]:
-    """Tune one cell unless its ``cell.json`` says it is finished; returns that summary."""
+              budget: int, measure: MeasureConfig, progress: bool = True,
+              repair: bool = False) -> dict[str, Any]:
+    """Tune one cell unless its ``cell.json`` says it is finished; returns that summary.
+    The cell is locked while it is tuned (:func:`cell_lock`)."""
     path = cell_dir(output, entry, tuner, seed)
-    done = path / "cell.json"
-    if done.exists():
-        summary = json.loads(done.read_text())
-        if summary.get("budget") == budget and (tuner == METASCHEDULE
-                                                or _best_decodes(suite, entry, summary, path)):
-            return summary
-    if tuner == METASCHEDULE:
-        summary = _tune_metaschedule_cell(suite, entry, seed, path, budget, measure)
-    else:
-        try:
-            summary = _tune_agent_cell(suite, entry, tuner, seed, path, budget, measure,
-                                       progress)
-        except StaleRecordError as err:
-            _set_aside(path, err)
-            summary = _tune_agent_cell(suite, entry, tuner, seed, path, budget, measure,
-                                       progress)
-    summary.update(workload=entry.name, spec=entry.spec, tuner=tuner, seed=seed, budget=budget)
-    done.write_text(json.dumps(summary, indent=1))
-    return summary
+    with cell_lock(path):
+        done = path / "cell.json"
+        if done.exists():
+            summary = json.loads(done.read_text())
+            if summary.get("budget") == budget and (
+                    tuner == METASCHEDULE or _best_decodes(suite, entry, summary, path)):
+                return summary
+        if tuner == METASCHEDULE:
+            summary = _tune_metaschedule_cell(suite, entry, seed, path, budget, measure)
+        else:
+            try:
+                summary = _tune_agent_cell(suite, entry, tuner, seed, path, budget, measure,
+                                           progress, repair)
+            except StaleRecordError as err:
+                _set_aside(path, err)
+                summary = _tune_agent_cell(suite, entry, tuner, seed, path, budget, measure,
+                                           progress, repair)
+        summary.update(workload=entry.name, spec=entry.spec, tuner=tuner, seed=seed,
+                       budget=budget)
+        done.write_text(json.dumps(summary, indent=1))
+        return summary
 
 
 def _program_of(suite: BenchSuite, entry: OpEntry, summary: dict[str, Any], path: Path,
@@ -201,12 +207,11 @@ def retime_workload(suite: BenchSuite, entry: OpEntry, cells: list[dict[str, Any
         runs.append(untuned_tir_baseline(plain, target=suite.target, raw=raw))
     if "torch" in baselines and plain.op.dtype == "float32":
         runs.append(torch_operator_baseline(plain, target=suite.target, raw=raw))
-    stats = compare(runs, [plain.reference(raw)], rounds=rounds)
+    stats = compare(runs, [plain.reference(raw)], rtol=plain.op.tolerance(), rounds=rounds)
     timing = {"workload": entry.name, "spec": entry.spec, "epilogue": entry.epilogue,
               "budget": cells[0]["budget"],
               "target": str(make_target(suite.target)),
-              "programs": {name: {"median_s": st.median, "min_s": st.min, "max_s": st.max,
-                                  "spread": st.spread} for name, st in stats.items()},
+              "programs": {name: st.summary() for name, st in stats.items()},
               "cells": {f"{c['tuner']}#{c['seed']}": {k: c[k] for k in
                         ("tuner", "seed", "trials", "tuning_seconds", "history")}
                         for c in cells}}

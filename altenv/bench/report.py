@@ -3,7 +3,12 @@
 Rows come from the ``timing.json`` files of ``bench ops`` / ``bench net``: one row per
 (entry, tuner, seed) with its re-timed median latency, spread, trials, tuning seconds,
 its speedup over each baseline and over MetaSchedule at the same seed, and the trials it
-took to reach MetaSchedule's final tuning-time latency.
+took to reach MetaSchedule's final tuning-time latency. A timing whose spread (interquartile
+range over median of its rounds) is above
+:data:`~altenv.baselines.timing.NOISY_SPREAD` is too spread to trust: the ``noisy``
+column names the contenders of a row's numbers (its program, the baselines, MetaSchedule at
+its seed) that are, and the printed table marks them and the speedups built on them
+with ``*``.
 """
 
 from __future__ import annotations
@@ -17,6 +22,12 @@ from pathlib import Path
 from typing import Any
 
 METASCHEDULE = "metaschedule"
+
+
+def _noisy(program: dict[str, Any] | None) -> bool:
+    from ..baselines.timing import NOISY_SPREAD
+
+    return program is not None and program["spread"] > NOISY_SPREAD
 
 
 def rows_of(timings: Sequence[dict[str, Any]], baselines: Sequence[str]) -> list[dict[str, Any]]:
@@ -37,6 +48,9 @@ def rows_of(timings: Sequence[dict[str, Any]], baselines: Sequence[str]) -> list
             ms_cell = timing["cells"].get(f"{METASCHEDULE}#{cell['seed']}")
             row["trials_to_ms_best"] = (trials_to_reach(cell["history"], ms_cell["history"][-1])
                                         if ms_cell and ms_cell["history"] else math.nan)
+            row["noisy"] = " ".join(name for name in dict.fromkeys(
+                [label, *baselines, f"{METASCHEDULE}#{cell['seed']}"])
+                if _noisy(programs.get(name)))
             row.update(cell.get("extra", {}))
             rows.append(row)
     return rows
@@ -105,13 +119,14 @@ def format_table(timings: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any
     lines = [f"{'latency (ms)':<{width}}" + "".join(f"{t[:col - 2]:>{col}s}" for t in
                                                    [*tuners, *baselines])]
     for w in workloads:
+        programs = next(t["programs"] for t in timings if t["workload"] == w)
         cells = []
         for t in tuners:
             vals = [r["median_ms"] for r in by[w, t]]
-            cells.append(f"{statistics.median(vals):{col}.4g}" if vals else f"{'-':>{col}s}")
-        programs = next(t["programs"] for t in timings if t["workload"] == w)
-        cells += [f"{programs[b]['median_s'] * 1e3:{col}.4g}" if b in programs
-                  else f"{'-':>{col}s}" for b in baselines]
+            noisy = any(_rests_on_noise(r, None) for r in by[w, t])
+            cells.append(_cell(statistics.median(vals), noisy, col) if vals else f"{'-':>{col}s}")
+        cells += [_cell(programs[b]["median_s"] * 1e3, _noisy(programs[b]), col)
+                  if b in programs else f"{'-':>{col}s}" for b in baselines]
         lines.append(f"{w:<{width}}" + "".join(cells))
     stats = summary(rows)
     for name in [*baselines, METASCHEDULE]:
@@ -119,13 +134,35 @@ def format_table(timings: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any
         cells = []
         for t in tuners:
             s = stats[t]
-            text = (f"{s[key]:.3g} [{s[key + '_min']:.2g}, {s[key + '_max']:.2g}]"
+            mark = "*" if any(_rests_on_noise(r, name) for r in rows
+                              if r["tuner"] == t and math.isfinite(r[key])) else ""
+            text = (f"{s[key]:.3g}{mark} [{s[key + '_min']:.2g}, {s[key + '_max']:.2g}]"
                     if math.isfinite(s[key]) else "-")
             cells.append(f"{text:>{col}s}")
         lines.append(f"{'geomean x vs ' + name:<{width}}" + "".join(cells))
     lines.append("(speedups: geometric mean over workloads of the median over seeds; "
                  "[min, max] over workloads)")
+    if any(r["noisy"] for r in rows):
+        from ..baselines.timing import NOISY_SPREAD
+
+        lines.append(f"(*: a timing too spread to trust, interquartile range / median above "
+                     f"{NOISY_SPREAD}, or a speedup built on one: re-time on a quieter host "
+                     "with --retime; the noisy column of results.csv names them)")
     return "\n".join(lines) + "\n"
+
+
+def _cell(value: float, noisy: bool, width: int) -> str:
+    text = f"{value:.4g}{'*' if noisy else ''}"
+    return f"{text:>{width}s}"
+
+
+def _rests_on_noise(row: dict[str, Any], contender: str | None) -> bool:
+    """Whether the row's own timing, or (``contender``: a baseline or MetaSchedule) its
+    speedup over that contender, rests on a timing too spread to trust."""
+    noisy = set(row["noisy"].split())
+    own = f"{row['tuner']}#{row['seed']}"
+    other = f"{METASCHEDULE}#{row['seed']}" if contender == METASCHEDULE else contender
+    return own in noisy or other in noisy
 
 
 def plot(timings: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]], output: Path,

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ConfigError
+from ..measure.signals import exit_on_sigint, sigint_blocked
 from .net import profile_net, retime_net, tune_net_cell
 from .ops import retime_workload, tune_cell
 from .suite import BenchSuite
@@ -41,23 +42,43 @@ def _check_same_timing(suite: BenchSuite, output: Path) -> None:
                           "another --output")
 
 
+def check_suite(suite: BenchSuite, entries: list[Any]) -> None:
+    """What the cells of ``entries`` need beyond the suite's fields, checked before anything
+    is written: the target's device is present, every tuner's agent is built (its options
+    typed and checked, :func:`~altenv.run.make_agent`) and every network imports
+    (:func:`~altenv.run.load_user_model`); a :class:`ConfigError` of one line otherwise."""
+    from ..run import check_device, load_user_model, make_agent
+
+    check_device(suite.target)
+    for tuner in suite.tuners:
+        agent = suite.agent(tuner)
+        if agent is not None:
+            make_agent(agent, {"seed": 0})
+    for entry in entries if suite.kind == "nets" else ():
+        load_user_model(entry.model, entry.options, 0)
+
+
 def run_bench(suite: BenchSuite, output: str | Path, pattern: str | None = None,
-              progress: bool = True, retime: bool = False, profile: bool = False
-              ) -> list[dict[str, Any]]:
+              progress: bool = True, retime: bool = False, profile: bool = False,
+              repair: bool = False) -> list[dict[str, Any]]:
     """Tune and re-time the suite's entries whose names match ``pattern``; returns their
     timings (``timing.json`` of each entry). ``profile`` (network suites) prints and writes
-    each entry's per-kernel profile after its timing."""
+    each entry's per-kernel profile after its timing; ``repair`` moves bad lines of the
+    cells' records aside (:class:`~altenv.records.RecordDB`). Everything is checked
+    (:func:`check_suite`) before the output directory is made."""
     if profile and suite.kind != "nets":
         raise ValueError("profile: network suites only (an operator entry is one kernel)")
     tune, time_entry, what = ((tune_cell, retime_workload, "programs") if suite.kind == "ops"
                               else (tune_net_cell, retime_net, "networks"))
     output = Path(output)
+    entries = suite.select(pattern)
+    check_suite(suite, entries)
     _check_same_timing(suite, output)
     output.mkdir(parents=True, exist_ok=True)
     (output / "suite.json").write_text(suite.model_dump_json(indent=1))
     expected = {f"{t}#{s}" for t in suite.tuners for s in range(suite.seeds)}
     timings = []
-    for entry in suite.select(pattern):
+    for entry in entries:
         timing_file = output / entry.name / "timing.json"
         if timing_file.exists() and not retime:
             timing = json.loads(timing_file.read_text())
@@ -71,7 +92,7 @@ def run_bench(suite: BenchSuite, output: str | Path, pattern: str | None = None,
             for tuner in suite.tuners:
                 print(f"[bench] {entry.name}: {tuner} seed {seed}, {suite.budget} trials")
                 cells.append(tune(suite, entry, tuner, seed, output, suite.budget,
-                                  suite.measure, progress))
+                                  suite.measure, progress, repair))
         print(f"[bench] {entry.name}: re-timing {len(cells)} {what} and "
               f"{len(suite.baselines)} baselines interleaved")
         timings.append(_in_fresh_process(time_entry, suite, entry, cells, output,
@@ -89,6 +110,11 @@ def _profile(suite: BenchSuite, entry: Any, timing: dict[str, Any], output: Path
 
 
 def _in_fresh_process(fn: Any, *args: Any) -> Any:
-    """``fn(*args)`` in a newly spawned Python process (its result pickled back)."""
-    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return pool.submit(fn, *args).result()
+    """``fn(*args)`` in a newly spawned Python process (its result pickled back). The
+    process starts with SIGINT blocked and, once it can, leaves on Ctrl-C without a word
+    (:func:`~altenv.measure.signals.exit_on_sigint`): this process says it."""
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                             initializer=exit_on_sigint) as pool:
+        with sigint_blocked():
+            future = pool.submit(fn, *args)
+        return future.result()

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..config import AgentConfig, ConfigError, load_config
+from ..config import AgentConfig, ConfigError, DirName, TargetSpec, load_config
 from ..measure import MeasureConfig
 from ..ops import parse_workload
 
@@ -36,7 +36,7 @@ class _Strict(BaseModel):
 class OpEntry(_Strict):
     """One operator workload: ``name`` (a short label), ``spec`` and fused ``epilogue``."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    name: DirName
     spec: str
     epilogue: list[Literal["bias", "residual", "relu", "relu6"]] = Field(default_factory=list)
     note: str = ""
@@ -50,7 +50,7 @@ class OpEntry(_Strict):
 class NetEntry(_Strict):
     """One network: ``model`` as ``altenv tune`` takes it, ``options`` for its loader."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    name: DirName
     model: str
     options: dict[str, Any] = Field(default_factory=dict)
     note: str = ""
@@ -59,7 +59,7 @@ class NetEntry(_Strict):
 class BenchSuite(_Strict):
     """A benchmark suite (``configs/bench/*.yaml``)."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    name: DirName
     kind: Literal["ops", "nets"]
     description: str = ""
     budget: int = Field(200, ge=1)
@@ -68,7 +68,7 @@ class BenchSuite(_Strict):
     baselines: list[str] = Field(default_factory=lambda: list(OP_BASELINES))
     altenv: AgentConfig = Field(default_factory=lambda: AgentConfig(name="evolution"))
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
-    target: str | dict[str, Any] = "cpu"
+    target: TargetSpec = "cpu"
     measure: MeasureConfig = Field(default_factory=MeasureConfig)
     workloads: list[OpEntry] = Field(default_factory=list)
     models: list[NetEntry] = Field(default_factory=list)
@@ -128,7 +128,12 @@ class BenchSuite(_Strict):
         entries = self.workloads if self.kind == "ops" else self.models
         if pattern is None:
             return list(entries)
-        chosen = [e for e in entries if re.search(pattern, e.name)]
+        try:
+            regex = re.compile(pattern)
+        except re.error as err:
+            raise ConfigError(f"--filter {pattern!r}: not a regular expression ({err})"
+                              ) from None
+        chosen = [e for e in entries if regex.search(e.name)]
         if not chosen:
             raise ConfigError(f"--filter {pattern!r} matches none of "
                               f"{', '.join(e.name for e in entries)}")

@@ -4,6 +4,11 @@ Weights are kept out of the IRModule: ``main`` takes the inputs first (``num_inp
 and then one parameter per weight, whose values live in :attr:`ImportedModel.params`. A layout
 step can thus transform weights offline (numpy in, numpy out);
 :func:`altenv.graph.tasks.prepare` binds them as constants for building.
+
+Importing a ``file.py:factory`` or a zoo model runs Python. A run keeps what it imported as
+data (:func:`save_model`: the IRModule as TVM's JSON, the weights and the source framework's
+outputs on seeded inputs as ``.npz``), and :func:`load_saved_model` reads it back without
+running anything, so an exported run directory never executes its model's code.
 """
 
 from __future__ import annotations
@@ -52,8 +57,11 @@ class ImportedModel:
     params: weight values by ``main`` parameter name, in ``main``'s order.
     inputs: the model inputs.
     source_hash: sha256 of everything that determines the model (source, options, weights).
-    torch_module: the eval-mode torch module, for reference numerics (``None`` for ONNX).
+    torch_module: the eval-mode torch module, for reference numerics (``None`` for ONNX and
+        for a saved model).
     int_high: exclusive upper bound for random integer inputs (token ids).
+    recorded: a saved model's reference: inputs (``random_inputs(0)``) and the torch
+        module's outputs on them, taken when it was saved.
     """
 
     name: str
@@ -63,6 +71,12 @@ class ImportedModel:
     source_hash: str
     torch_module: torch.nn.Module | None = None
     int_high: int | None = None
+    recorded: tuple[list[np.ndarray], list[np.ndarray]] | None = None
+
+    @property
+    def has_reference(self) -> bool:
+        """Whether :meth:`reference` can check outputs (a torch module or recorded ones)."""
+        return self.torch_module is not None or self.recorded is not None
 
     def random_inputs(self, seed: int = 0) -> list[np.ndarray]:
         """Seeded random inputs (never zeros) matching :attr:`inputs`."""
@@ -71,8 +85,12 @@ class ImportedModel:
         return [t.numpy() for t in tensors]
 
     def reference(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
-        """Outputs of the source torch module on ``inputs``, flattened to a list."""
+        """Outputs of the source torch module on ``inputs``, flattened to a list (a saved
+        model: the :attr:`recorded` outputs, for the recorded inputs only)."""
         if self.torch_module is None:
+            if self.recorded is not None and len(inputs) == len(self.recorded[0]) and all(
+                    np.array_equal(a, b) for a, b in zip(inputs, self.recorded[0])):
+                return list(self.recorded[1])
             raise ValueError(f"{self.name}: no torch module to compute reference outputs")
         with torch.no_grad():
             out = self.torch_module(*(torch.from_numpy(x) for x in inputs))
@@ -196,3 +214,46 @@ def _finish(name: str, mod: tvm.IRModule, source_hash: str, module: torch.nn.Mod
     inputs = [InputSpec(p.name, tuple(int(d) for d in p.ty.shape), str(p.ty.dtype))
               for p in main.params[:num_input]]
     return ImportedModel(name, mod, params, inputs, source_hash, module, int_high)
+
+
+SAVED_MODULE, SAVED_PARAMS, SAVED_INFO, SAVED_REFERENCE = (
+    "module.json", "params.npz", "model.json", "reference.npz")
+
+
+def save_model(model: ImportedModel, directory: str | Path) -> Path:
+    """Keep ``model`` as data in ``directory``: the IRModule (``tvm.ir.save_json``), the
+    weights, the inputs and, where there is a torch module, its outputs on
+    ``random_inputs(0)`` (:attr:`ImportedModel.recorded`). Returns the directory."""
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / SAVED_MODULE).write_text(tvm.ir.save_json(model.mod))
+    np.savez(out / SAVED_PARAMS, *model.params.values())
+    info = {"name": model.name, "source_hash": model.source_hash, "int_high": model.int_high,
+            "params": list(model.params),
+            "inputs": [{"name": i.name, "shape": list(i.shape), "dtype": i.dtype}
+                       for i in model.inputs]}
+    (out / SAVED_INFO).write_text(json.dumps(info, indent=1))
+    if model.torch_module is not None:
+        inputs = model.random_inputs(0)
+        outputs = model.reference(inputs)
+        np.savez(out / SAVED_REFERENCE, **{f"in{k}": x for k, x in enumerate(inputs)},
+                 **{f"out{k}": y for k, y in enumerate(outputs)})
+    return out
+
+
+def load_saved_model(directory: str | Path) -> ImportedModel:
+    """A model kept by :func:`save_model`, read as data (nothing is imported or run)."""
+    src = Path(directory)
+    info = json.loads((src / SAVED_INFO).read_text())
+    mod = tvm.ir.load_json((src / SAVED_MODULE).read_text())
+    with np.load(src / SAVED_PARAMS, allow_pickle=False) as stored:
+        params = {name: stored[f"arr_{k}"] for k, name in enumerate(info["params"])}
+    recorded = None
+    if (src / SAVED_REFERENCE).exists():
+        with np.load(src / SAVED_REFERENCE, allow_pickle=False) as ref:
+            count = sum(1 for f in ref.files if f.startswith("in"))
+            recorded = ([ref[f"in{k}"] for k in range(count)],
+                        [ref[f"out{k}"] for k in range(len(ref.files) - count)])
+    inputs = [InputSpec(i["name"], tuple(i["shape"]), i["dtype"]) for i in info["inputs"]]
+    return ImportedModel(info["name"], mod, params, inputs, info["source_hash"],
+                         int_high=info["int_high"], recorded=recorded)

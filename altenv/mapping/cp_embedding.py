@@ -191,6 +191,7 @@ class _Model:
         from ortools.sat.python import cp_model
 
         solver = cp_model.CpSolver()
+        solver.parameters.catch_sigint_signal = False  # keeps Python's Ctrl-C (constraints.py)
         solver.parameters.num_workers = 1
         solver.parameters.random_seed = 0
         out: list[tuple[int, Embedding]] = []

@@ -19,8 +19,10 @@ from tvm.ir import IRModule
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder
 from tvm.s_tir.meta_schedule.builder.local_builder import default_export
-from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
+from tvm.support.popen_pool import StatusKind
 from tvm.target import Target
+
+from .signals import shielded_pool
 
 
 def preload_modules(modules: Sequence[str]) -> None:
@@ -55,6 +57,8 @@ class PersistentBuilder(PyBuilder):
         Modules each worker imports once when it starts (not counted against the timeout).
     max_process_uses : int | None
         Recycle a worker after this many builds; ``None`` keeps it until it dies.
+
+    Workers leave Ctrl-C to the main process (:mod:`altenv.measure.signals`).
     """
 
     def __init__(
@@ -66,7 +70,7 @@ class PersistentBuilder(PyBuilder):
     ) -> None:
         super().__init__()
         self.timeout_sec = timeout_sec
-        self.pool = PopenPoolExecutor(
+        self.pool = shielded_pool(
             max_workers=max_workers,
             timeout=timeout_sec,
             initializer=preload_modules,

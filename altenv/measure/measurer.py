@@ -30,6 +30,7 @@ from ..target import make_target, target_cores, use_tvm_threads
 from .builder import PersistentBuilder
 from .config import MeasureConfig
 from .result import MeasureCandidate, MeasureResult
+from .signals import sigint_blocked
 
 _WRONG_RESULT = re.compile(r"WrongResultError: (wrong result \(max rel err [^)]*\))")
 
@@ -75,7 +76,8 @@ class Measurer(ABC):
             preload=self.config.builder_preload,
             max_process_uses=self.config.builder_max_uses,
         )
-        self.runner = self._make_runner()
+        with sigint_blocked():  # its worker starts now; Ctrl-C is for this process
+            self.runner = self._make_runner()
 
     @abstractmethod
     def _make_runner(self) -> Runner:

@@ -104,6 +104,19 @@ class Operator:
                 out[name] = rng.uniform(-1.0, 1.0, size=shape).astype(self.dtype)
         return out
 
+    def tolerance(self) -> float:
+        """The largest relative error (to the largest reference magnitude, as
+        :func:`altenv.measure.check.max_relative_error` measures it) of a correct program:
+        float32 1e-3; float16 sums in float16, whose rounding error grows with the square
+        root of the reduction length K (about 3.5e-4 sqrt(K) measured on random inputs,
+        K = 32..2048), so max(1e-2, 2^-9 sqrt(K)); int8 sums in int32, exactly: 0."""
+        if self.out_dtype == "int32":
+            return 0.0
+        if self.dtype == "float16":
+            terms = math.prod(e for _, e in self.reduce_extents())
+            return max(1e-2, 2.0 ** -9 * math.sqrt(terms))
+        return 1e-3
+
     def cast(self, value: Any) -> Any:
         """Promote a read to the accumulation type."""
         return value.astype(self.out_dtype) if self.out_dtype != self.dtype else value

@@ -32,7 +32,7 @@ import numpy as np
 from ..config import ConfigError, TrainConfig
 from ..costmodel import CostModel
 from ..records import RecordDB
-from ..run import TensorBoardLog, _make_agent, _open_run
+from ..run import TensorBoardLog, _open_run, check_run, load_user_model, op_task
 from ..target import make_target
 from ..tuning import Budget, OpTask, TuningSession, tune
 
@@ -41,16 +41,16 @@ RANKING = "costmodel-ranking.json"
 STATE = "train-state.json"
 
 
-def model_tasks(source: str, options: dict[str, Any], seed: int) -> list[tuple[str, tuple]]:
-    """The complex tasks of a model a run would tune: (spec, epilogue) of each."""
-    from ..graph import load_model
+def model_tasks(cfg: TrainConfig, source: str) -> list[OpTask]:
+    """The complex tasks of a model that a run would tune (one per operator and epilogue);
+    a model that does not import is a :class:`ConfigError` of one line."""
     from ..graph.network import plan_network
     from ..graph.tasks import extract_tasks
 
-    graph = extract_tasks(load_model(source, seed=seed, **options))
+    graph = extract_tasks(load_user_model(source, cfg.model_options, cfg.seed))
     plan = plan_network(graph)
     tasks = dict.fromkeys((low.spec, tuple(low.epilogue)) for low in plan.lowerings.values())
-    return list(tasks)
+    return [OpTask(spec, cfg.target, epilogue, cfg.search.levels) for spec, epilogue in tasks]
 
 
 class _State:
@@ -163,11 +163,8 @@ def _pretrain(cfg: TrainConfig, state: _State, agent: Any, cost_model: Path) -> 
 
 
 def _workloads(cfg: TrainConfig, state: _State, agent: Any, cost_model: CostModel | None,
-               progress: bool) -> None:
+               tasks: list[OpTask], db: RecordDB, progress: bool) -> None:
     """Stage 3: measured tuning of each workload and model task in turn."""
-    tasks = [(w, tuple(cfg.epilogue)) for w in cfg.workloads]
-    for source in cfg.models:
-        tasks += model_tasks(source, cfg.model_options, cfg.seed)
     if not tasks:
         return
     from ..measure import create
@@ -177,10 +174,8 @@ def _workloads(cfg: TrainConfig, state: _State, agent: Any, cost_model: CostMode
         else CostModel(seed=cfg.seed)
     log = TensorBoardLog(cfg.run_dir / "tb")
     start = time.perf_counter()
-    with create(None, cfg.measure, cfg.target) as measurer, \
-            RecordDB(cfg.run_dir / "records.jsonl") as db:
-        for spec, epilogue in tasks:
-            task = OpTask(spec, cfg.target, epilogue, cfg.search.levels)
+    with create(None, cfg.measure, cfg.target) as measurer:
+        for task in tasks:
             session = TuningSession(task, measurer, db, shared, check=cfg.search.check)
             if session.trials >= budget.total:
                 continue
@@ -189,7 +184,7 @@ def _workloads(cfg: TrainConfig, state: _State, agent: Any, cost_model: CostMode
             agent.save(cfg.run_dir / "checkpoint")
             print(f"{task.key}: best {best * 1e3:.4g} ms after {session.trials} trials")
     log.close()
-    state["workloads"] = [f"{s}|{'+'.join(e)}" if e else s for s, e in tasks]
+    state["workloads"] = [t.key for t in tasks]
     state["workloads_seconds"] = (state["workloads_seconds"] or 0.0) + (
         time.perf_counter() - start)
 
@@ -213,7 +208,8 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def write_card(cfg: TrainConfig, state: _State, checkpoint: Path) -> dict[str, Any]:
+def write_card(cfg: TrainConfig, state: _State, checkpoint: Path, command: str
+               ) -> dict[str, Any]:
     """``card.json`` and ``CARD.md`` beside the checkpoint's files."""
     from .. import pretrained
 
@@ -224,8 +220,8 @@ def write_card(cfg: TrainConfig, state: _State, checkpoint: Path) -> dict[str, A
     card = {
         "agent": cfg.agent.name, "options": cfg.agent.options,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "commit": _git_commit(), "command": f"altenv train {cfg.name}.yaml (config: "
-        "config.yaml of the run)", "cpu": _cpu_name(), "target": str(target),
+        "commit": _git_commit(), "command": command, "cpu": _cpu_name(),
+        "target": str(target),
         "mcpu": str(target.attrs.get("mcpu", "")),
         "corpus": None if cfg.corpus is None else {
             "workloads": state["corpus_workloads"], "trials_per_workload": cfg.corpus.trials,
@@ -274,40 +270,44 @@ def card_markdown(card: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def train(cfg: TrainConfig, progress: bool = True) -> Path:
-    """Run the configured stages (see the module docstring); returns the checkpoint."""
-    _open_run(cfg)
-    state = _State(cfg.run_dir / STATE)
+def train(cfg: TrainConfig, progress: bool = True, repair: bool = False,
+          command: str | None = None) -> Path:
+    """Run the configured stages (see the module docstring); returns the checkpoint. What
+    the run needs (agent, workloads, models) is checked before its directory is made;
+    ``repair`` moves bad lines of its records aside; ``command`` goes on the card."""
     checkpoint = cfg.run_dir / "checkpoint"
     if (checkpoint / "policy.json").exists():  # resume from the run's own, whatever it began from
         options = {**cfg.agent.options, "checkpoint": str(checkpoint)}
         cfg = cfg.model_copy(update={"agent": cfg.agent.model_copy(update={"options": options})})
-    agent = _make_agent(cfg, tensorboard_log=str(cfg.run_dir / "tb"))
-    if not hasattr(agent, "save"):
-        raise ConfigError(f"config: agent {cfg.agent.name!r} has nothing to train (no save()); "
-                          "use an agent such as 'ppo'")
+    agent = check_run(cfg, tensorboard_log=str(cfg.run_dir / "tb"))
     if (cfg.corpus or cfg.pretrain) and not hasattr(agent, "pretrain"):
-        raise ConfigError(f"config: agent {cfg.agent.name!r} cannot pretrain on cost-model "
-                          "rewards; drop 'corpus' and 'pretrain' or use 'ppo'")
+        raise ConfigError(f"agent: {cfg.agent.name!r} cannot pretrain on cost-model rewards; "
+                          "drop 'corpus' and 'pretrain' or use 'ppo'")
     cost_model: CostModel | None = getattr(agent, "base", None)
-    if cfg.corpus is not None:
-        from ..bench.suite import suite_specs
+    if cfg.pretrain is not None and cfg.corpus is None and cost_model is None:
+        raise ConfigError("pretrain: needs a cost model: add 'corpus' or start from a "
+                          "checkpoint that has one")
+    tasks = [op_task(cfg, w) for w in cfg.workloads]
+    for source in cfg.models:
+        tasks += model_tasks(cfg, source)
+    with _open_run(cfg, repair) as db:
+        state = _State(cfg.run_dir / STATE)
+        if cfg.corpus is not None:
+            from ..bench.suite import suite_specs
 
-        state["corpus_workloads"] = cfg.corpus.draw.draw(suite_specs())
-        cost_model = _corpus(cfg, state, state["corpus_workloads"], progress)
-        agent.use_cost_model(cost_model)
+            state["corpus_workloads"] = cfg.corpus.draw.draw(suite_specs())
+            cost_model = _corpus(cfg, state, state["corpus_workloads"], progress)
+            agent.use_cost_model(cost_model)
+            agent.save(checkpoint)
+        if cfg.pretrain is not None:
+            assert cost_model is not None
+            path = cfg.run_dir / "costmodel.npz"
+            if not path.exists():
+                cost_model.save(path, records=False)
+            _pretrain(cfg, state, agent, path)
+        _workloads(cfg, state, agent, cost_model, tasks, db, progress)
         agent.save(checkpoint)
-    if cfg.pretrain is not None:
-        path = cfg.run_dir / "costmodel.npz"
-        if cost_model is None:
-            raise ConfigError("config: pretrain needs a cost model: add 'corpus' or train "
-                              "from a checkpoint that has one")
-        if not path.exists():
-            cost_model.save(path, records=False)
-        _pretrain(cfg, state, agent, path)
-    _workloads(cfg, state, agent, cost_model, progress)
-    agent.save(checkpoint)
-    write_card(cfg, state, checkpoint)
+        write_card(cfg, state, checkpoint, command or f"altenv train {cfg.name}.yaml")
     if cfg.publish:
         target = Path(cfg.publish)
         target.mkdir(parents=True, exist_ok=True)

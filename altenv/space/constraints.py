@@ -245,6 +245,9 @@ class ConstraintModel:
                  for g in rng.permutation(list(self.values))]
         model.AddDecisionStrategy(order, cp_model.CHOOSE_FIRST, cp_model.SELECT_RANDOM_HALF)
         solver = cp_model.CpSolver()
+        # CP-SAT's own SIGINT handler is left behind as SIG_DFL after a solve: Ctrl-C then
+        # killed the run without a word instead of raising KeyboardInterrupt
+        solver.parameters.catch_sigint_signal = False
         solver.parameters.num_workers = 1
         solver.parameters.search_branching = cp_model.FIXED_SEARCH
         solver.parameters.cp_model_presolve = False  # presolve drops the random strategy

@@ -30,6 +30,7 @@ from tvm.s_tir import Schedule
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.schedule import Instruction, Trace
 
+from altenv.errors import UserError
 from altenv.space.intrin import ensure_registered, tune_context_intrins
 from altenv.space.subspace import (
     CategoricalSubspace,
@@ -44,9 +45,10 @@ _TILE, _CATEGORICAL, _LOCATION = "SamplePerfectTile", "SampleCategorical", "Samp
 _EXPOSED = (_TILE, _CATEGORICAL, _LOCATION)
 
 
-class StaleRecordError(ValueError):
+class StaleRecordError(UserError, ValueError):
     """A recorded point that does not fit the design space this version of altenv builds
-    for its layout (the rules that shape the space changed since it was recorded)."""
+    for its layout (the rules that shape the space changed since it was recorded); the
+    command line prints it as one line."""
 
 
 @dataclass(frozen=True)

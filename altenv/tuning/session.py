@@ -91,6 +91,7 @@ class TuningSession:
     def _resume(self) -> None:
         by_layout: dict[Factors, list[tuple[Candidate, float]]] = defaultdict(list)
         best = math.inf
+        unusable: list[tuple[Record, str]] = []
         for record in self.db.records(self.task.key):
             try:
                 cand = self._candidate(record)
@@ -100,10 +101,19 @@ class TuningSession:
                     f"{dict(record.layouts['factors'])}): {err}. Resume with the altenv "
                     "version that wrote these records, or tune into a new run directory"
                 ) from err
+            except (KeyError, TypeError, ValueError, IndexError) as err:
+                unusable.append((record, f"not a candidate of {self.task.key} "
+                                         f"({type(err).__name__}: {err})"))
+                continue
             self._latency[cand] = record.median
             by_layout[cand.factors].append((cand, record.median))
             best = min(best, record.median)
             self.history.append(best)
+        if unusable and not self.db.repair:
+            record, reason = unusable[0]
+            raise self.db.corrupt(self.db.line_of(record), reason)
+        if unusable:
+            self.db.reject(unusable)
         start = time.perf_counter()
         for factors, pairs in by_layout.items():
             self._train(factors, [c for c, _ in pairs], [lat for _, lat in pairs])

@@ -142,7 +142,8 @@ class OpTask:
 
     def check(self, factors: Factors, seed: int = 0) -> CorrectnessCheck:
         """A correctness check of a scheduled program against torch on random inputs
-        (consistent physical inputs made from logical ones, never zeros)."""
+        (consistent physical inputs made from logical ones, never zeros), within the
+        tolerance of the operator's dtype (:meth:`~altenv.ops.operators.Operator.tolerance`)."""
         program = self.program(factors)
 
         def case(rng: np.random.Generator) -> tuple[list[np.ndarray], np.ndarray]:
@@ -150,4 +151,4 @@ class OpTask:
             expected = program.layouts["out"].apply(program.reference(raw))
             return program.physical_args(raw)[:-1], expected
 
-        return CorrectnessCheck(case=case, seed=seed, rtol=1e-3)
+        return CorrectnessCheck(case=case, seed=seed, rtol=program.op.tolerance())

@@ -1,0 +1,53 @@
+"""Worker processes that leave Ctrl-C to the process that owns them.
+
+Ctrl-C at a terminal sends SIGINT to the whole foreground process group: every builder and
+runner worker would die with a traceback of its own (and a candidate being timed would be
+recorded as failed), while the main process, which owns them, prints one line, shuts them
+down and leaves its records to resume from. A process starts with the signal mask of the
+thread that started it, and keeps it across ``exec``; so the worker pools start their
+processes from threads that block SIGINT. The main thread never blocks it for longer than
+a pool's construction, so Ctrl-C still reaches it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+from tvm.support.popen_pool import PopenPoolExecutor
+
+
+def block_sigint() -> None:
+    """Block SIGINT in the calling thread (and so in the processes it starts)."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+
+
+@contextlib.contextmanager
+def sigint_blocked() -> Iterator[None]:
+    """SIGINT blocked in this thread for the block: threads and processes started inside
+    it keep it blocked (a SIGINT that arrives meanwhile is delivered at the end)."""
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+def exit_on_sigint() -> None:
+    """In a worker process started with SIGINT blocked: exit quietly (status 130) on
+    Ctrl-C from now on (a SIGINT already pending arrives at once)."""
+    signal.signal(signal.SIGINT, lambda *_: os._exit(130))
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def shielded_pool(**options: object) -> PopenPoolExecutor:
+    """A ``PopenPoolExecutor`` (``options`` as it takes them) whose worker processes start
+    with SIGINT blocked, whenever they (re)start."""
+    pool = PopenPoolExecutor(**options)
+    threads = pool._threadpool  # the threads that start the workers, none started yet
+    pool._threadpool = ThreadPoolExecutor(threads._max_workers, initializer=block_sigint)
+    threads.shutdown()
+    return pool
