@@ -149,6 +149,25 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_envs(args: argparse.Namespace) -> int:
+    from .bench.envs import env_speed, format_rows
+    from .config import ConfigError
+    from .target import make_target
+
+    try:
+        counts = [int(n) for n in args.envs.split(",")]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1 or min(args.steps, args.workloads, args.batch) < 1:
+        raise ConfigError("bench envs: --envs takes counts >= 1 such as 1,2; --steps, "
+                          "--workloads and --batch must be >= 1")
+    rows = env_speed(counts, args.steps, args.workloads, args.seed, batch=args.batch)
+    print(f"altenv/CrossExploration-v0, cost-model rewards, {args.workloads} drawn workloads, "
+          f"batch {args.batch}, host {make_target(None)}")
+    print(format_rows(rows))
+    return 0
+
+
 def _entry_name(spec: str) -> str:
     """A directory-safe short name of an ad-hoc workload spec or model."""
     import re
@@ -250,6 +269,14 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--set", action="append", metavar="KEY=VALUE", help=SET_HELP)
         p.add_argument("--repair", action="store_true", help=REPAIR_HELP)
         p.set_defaults(func=_bench)
+    speed = kinds.add_parser("envs", help="env steps per second: one env against parallel "
+                                          "copies (CrossExploration-v0, cost-model rewards)")
+    speed.add_argument("--envs", default="1,2", help="comma-separated env counts (default 1,2)")
+    speed.add_argument("--steps", type=int, default=300, help="timed steps per env")
+    speed.add_argument("--workloads", type=int, default=64, help="drawn workloads")
+    speed.add_argument("--batch", type=int, default=16, help="loop points sampled per round")
+    speed.add_argument("--seed", type=int, default=0)
+    speed.set_defaults(func=_bench_envs)
     return parser
 
 
