@@ -215,3 +215,44 @@ def test_top_k_picks_the_best_first():
 def test_update_checks_lengths(layouts):
     with pytest.raises(ValueError):
         CostModel().update("mm64", layouts[0], [1e-3])
+
+
+def test_a_base_predicts_until_warmup_then_trees_are_added(layouts):
+    plain, transposed = layouts
+    base = CostModel(retrain_growth=0.0)
+    base.update("mm", plain, np.linspace(1e-4, 2e-4, len(plain)))
+    model = CostModel(base=base, base_warmup=len(plain) + 2, retrain_growth=0.0)
+    np.testing.assert_allclose(model.predict(transposed), base.predict(transposed))
+    model.update("other", plain, np.linspace(2e-4, 1e-4, len(plain)))
+    assert model.booster is base.booster  # fewer records than the warm-up: the base alone
+    model.update("other", transposed[:2], [1e-4, 1e-4])
+    assert model.booster is not base.booster  # continued from the base on its own records
+    assert model.booster.num_boosted_rounds() > base.booster.num_boosted_rounds()
+    online = CostModel(retrain_growth=0.0)
+    online.adopt(base)  # in place, as a run's shared model takes a checkpoint's
+    np.testing.assert_allclose(online.predict(plain), base.predict(plain))
+    with pytest.raises(ValueError, match="trained"):
+        CostModel(base=CostModel())
+
+
+def test_prediction_without_a_dmatrix_matches_packsum(layouts):
+    from tvm.s_tir.meta_schedule.cost_model.xgb_model import PackSum
+
+    plain, _ = layouts
+    model = CostModel(retrain_growth=0.0)
+    model.update("mm", plain, np.linspace(1e-4, 2e-4, len(plain)))
+    pack = PackSum(list(plain), None)
+    expected = np.bincount(pack.ids, weights=model.booster.predict(pack.dmatrix))
+    np.testing.assert_allclose(model.predict(plain), expected, rtol=1e-6)
+
+
+def test_booster_only_save_and_loaded_booster_thread_count(layouts, tmp_path):
+    plain, _ = layouts
+    model = CostModel(retrain_growth=0.0)
+    model.update("mm", plain, np.linspace(1e-4, 2e-4, len(plain)))
+    model.save(tmp_path / "m.npz", records=False)
+    loaded = CostModel.load(tmp_path / "m.npz")
+    assert loaded.num_records == 0 and loaded.is_trained
+    np.testing.assert_allclose(loaded.predict(plain), model.predict(plain), rtol=1e-6)
+    config = json.loads(loaded.booster.save_config())
+    assert config["learner"]["generic_param"]["nthread"] == "1"

@@ -3,17 +3,16 @@ best score, the fixed-layout (loop-only) mode, workload lists, and PPO that lear
 
 from __future__ import annotations
 
-import math
 import warnings
 
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
-from sb3_contrib import MaskablePPO
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 import envs
-from altenv.costmodel import CostModel, extract_features
+from altenv import pretrained
+from altenv.costmodel import CostModel
 from altenv.ops import LayoutTemplate, parse_workload
 from altenv.ops.draw import draw_workloads
 from altenv.ops.features import WORKLOAD_FEATURES, workload_features
@@ -33,30 +32,16 @@ C2D = "c2d:N=1,I=8,O=16,H=8,W=8,KH=3,KW=3,pad=1"
 SMALL = {"episode_layouts": 2, "loop_rounds": 2, "walk_length": 3, "batch": 4}
 
 
-def layout_latency(factors: dict[str, int]) -> float:
-    """Synthetic latency (s) of a GMM layout: fastest at mt = 16, nt = 8, 4x slower per
-    power of two away."""
-    return 1e-4 * 4.0 ** (abs(math.log2(factors["mt"]) - 4) + abs(math.log2(factors["nt"]) - 3))
-
-
 @pytest.fixture(scope="module")
 def gmm() -> OpTask:
     return OpTask(GMM, cache_size=512)
 
 
 @pytest.fixture(scope="module")
-def cost_model(gmm) -> CostModel:
-    """A real XGBoost cost model on real program features, trained on synthetic latencies
-    that depend on the layout only: which layouts are good is known."""
-    model = CostModel(seed=0)
-    rng = np.random.default_rng(0)
-    for _ in range(24):
-        factors = gmm.random_factors(rng)
-        space = gmm.space(factors)
-        points = space.sample(4, rng)
-        feats = extract_features(space.context, [space.decode(p) for p in points])
-        model.add(gmm.key, feats, [layout_latency(dict(factors))] * len(feats))
-    model.fit()
+def cost_model() -> CostModel:
+    """The shipped cross-workload cost model (fixed predictions)."""
+    model = pretrained.cost_model()
+    assert model is not None and model.is_trained
     return model
 
 
@@ -197,18 +182,24 @@ def episode_return(env: CrossExplorationEnv, act, seed: int) -> float:
 
 
 @pytest.mark.slow
-def test_ppo_learns_the_good_layouts(gmm, cost_model):
-    """After a few updates on a fixed cost model the policy's episodes score clearly above a
-    random policy's on the same seeds (the layout actor learned mt = 16, nt = 8)."""
-    options = {"episode_layouts": 4, "loop_rounds": 1, "walk_length": 1, "batch": 4}
-    env = CrossExplorationEnv(gmm, reward_source="cost_model", cost_model=cost_model, **options)
+@pytest.mark.parametrize("spec", ["c2d:N=1,I=16,O=32,H=14,W=14,KH=3,KW=3,pad=1",
+                                  "dep:N=1,C=64,H=28,W=28,KH=3,KW=3,pad=1"])
+def test_pretrained_policy_beats_random_on_unseen_workloads(spec):
+    """The shipped policy, pretrained on other drawn workloads, picks layouts the shipped
+    cost model scores higher than a random policy's on the same episodes (on the CPU it was
+    trained for: 1.24x and 1.16x on these two, e.g. channel blocks of 2 x 16 lanes)."""
+    import agents
+    from altenv import pretrained
+
+    if pretrained.card() is None:
+        pytest.skip("no shipped checkpoint")
+    env = CrossExplorationEnv(OpTask(spec, cache_size=256), reward_source="cost_model",
+                              episode_layouts=4, loop_rounds=1, walk_length=1, batch=4)
+    model = agents.create("ppo").model_for(env)
     rng = np.random.default_rng(0)
-    random_returns = [episode_return(env, lambda _: masked_random(env, rng), s)
-                      for s in range(100, 108)]
-    model = MaskablePPO("MlpPolicy", env, n_steps=64, batch_size=64, n_epochs=8,
-                        learning_rate=1e-3, seed=0, device="cpu")
-    model.learn(64 * 8)
+    seeds = range(100, 110)
+    random_returns = [episode_return(env, lambda _: masked_random(env, rng), s) for s in seeds]
     learned = [episode_return(env, lambda o: model.predict(
-        o, action_masks=env.action_masks(), deterministic=True)[0], s) for s in range(100, 108)]
-    assert np.mean(learned) > np.mean(random_returns) + 0.15 * options["episode_layouts"]
+        o, action_masks=env.action_masks(), deterministic=True)[0], s) for s in seeds]
+    assert np.mean(learned) > 1.05 * np.mean(random_returns)
     env.close()
