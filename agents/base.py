@@ -23,7 +23,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
-from altenv.tuning.loop import Budget, propose_and_measure
+from altenv.tuning.budget import Budget
+from altenv.tuning.loop import propose_and_measure
 from altenv.tuning.session import TuningSession
 from altenv.tuning.task import Candidate, Factors
 

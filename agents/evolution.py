@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from altenv.space.constraints import Hardware, LayoutConstraints
-from altenv.tuning.loop import Budget
+from altenv.tuning.budget import Budget
 from altenv.tuning.ms_search import LayoutLoopSearch
 from altenv.tuning.session import TuningSession
 from altenv.tuning.task import Candidate, Factors, freeze

@@ -34,7 +34,8 @@ from stable_baselines3.common.callbacks import BaseCallback
 
 from altenv import pretrained
 from altenv.costmodel import CostModel
-from altenv.tuning.loop import Budget, propose_and_measure
+from altenv.tuning.budget import Budget
+from altenv.tuning.loop import propose_and_measure
 from altenv.tuning.session import TuningSession
 from altenv.tuning.task import Candidate, Factors
 from envs.cross import ACTION_NVEC, OBS_SIZE, CrossExplorationEnv

@@ -21,7 +21,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _tune(args: argparse.Namespace) -> int:
     from .config import load_config
-    from .run import timing_table, tune_model, tune_workload
+    from .pipeline import timing_table, tune_model, tune_workload
 
     cfg = load_config(args.config, **{
         "name": args.name, "workload": args.workload, "agent": args.agent,
@@ -51,7 +51,7 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from .run import export_run_dir
+    from .export import export_run_dir
 
     out = export_run_dir(args.run, args.output, force=args.force)
     print(f"exported {args.run} to {out}")

@@ -133,7 +133,7 @@ class AgentConfig(Strict):
         """Options of a registered agent are checked against its typed options
         (:func:`agents.check_options`) here, not hours later when the agent is built.
         ``module:Class`` agents are user code: they are imported and checked before a run
-        starts (:func:`altenv.run.check_run`), never while a config is only read (an
+        starts (:func:`altenv.pipeline.checks.check_run`), never while a config is only read (an
         exported run's ``config.yaml`` is data)."""
         name = info.data.get("name")
         if name is None or ":" in name:

@@ -55,7 +55,8 @@ def run_demo(output_dir: str = "runs", progress: bool = True) -> None:
     """Tune the default network (resumes an interrupted demo), export it, print the
     speedups."""
     from .config import load_config
-    from .run import export_run_dir, timing_table, tune_model
+    from .export import export_run_dir
+    from .pipeline import timing_table, tune_model
 
     cfg = load_config(DEMO_CONFIG, output_dir=output_dir)
     result = tune_model(cfg, progress)

@@ -10,6 +10,11 @@ An export directory holds:
   factors chosen per task, the source model's hash, the param file and argument order.
 
 ``examples/load_exported.py`` loads such a directory with ``tvm`` and ``numpy`` only.
+
+``altenv export RUN`` (:func:`export_run_dir`) writes one from a finished run directory,
+read as data: the network is built from the model the run kept and the recorded best
+replayed (:mod:`altenv.pipeline.replay`); an operator run exports its tuned operator
+(``model.so`` and a manifest of its arguments' physical layouts).
 """
 
 from __future__ import annotations
@@ -21,11 +26,20 @@ from typing import Any
 
 import numpy as np
 import tvm
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from tvm.s_tir import Schedule
 from tvm.s_tir.meta_schedule.database import Database
 
-from altenv.graph.frontend import ImportedModel
+from altenv.config import ConfigError, RunConfig
+from altenv.graph.build import max_rel_err
+from altenv.graph.frontend import ImportedModel, load_saved_model
 from altenv.graph.network import NetworkBuild, ReadThrough, Scheduled, build_network
 from altenv.graph.tasks import extract_tasks
+from altenv.pipeline.replay import best_schedules, replay_best
+from altenv.pipeline.rundir import RunDir
+from altenv.target import make_target
+from altenv.tuning import OpTask
+from altenv.tuning.task import Factors
 
 MODEL_FILE, PARAMS_FILE, MANIFEST_FILE = "model.so", "params.npz", "manifest.json"
 FORMAT = 1
@@ -105,8 +119,6 @@ def export_run(model: ImportedModel, output_dir: str | Path,
 
     Returns the export directory and the built network.
     """
-    from altenv.graph.build import max_rel_err
-
     network = build_network(extract_tasks(model), factors, schedules, target, read_through,
                             others, fast_math)
     extras: dict[str, Any] = {"model": model.name, "source_hash": model.source_hash}
@@ -119,3 +131,117 @@ def export_run(model: ImportedModel, output_dir: str | Path,
         extras["max_rel_err"] = err
     extras.update(manifest_extras or {})
     return export(network, output_dir, extras), network
+
+
+class _BestEntry(BaseModel):
+    """What export reads of a tuned operator in ``best.json`` (other keys are kept there
+    for people)."""
+
+    model_config = ConfigDict(strict=True)
+    factors: dict[str, int]
+    decisions: list[Any]
+
+
+class _BestOperator(_BestEntry):
+    latency_s: float = Field(gt=0)
+
+
+class _BestTask(_BestEntry):
+    spec: str
+    epilogue: list[str]
+
+
+class _BestNetwork(BaseModel):
+    model_config = ConfigDict(strict=True)
+    tasks: dict[str, _BestTask]
+    read_through: dict[str, int] | list[int] | str = "measure"
+
+
+def _read_run(run: RunDir) -> tuple[RunConfig, dict[str, Any]]:
+    """A finished run's config and ``best.json``, both validated as data (one-line errors
+    naming the file)."""
+    try:
+        cfg = RunConfig.model_validate(run.saved_config())
+        best = json.loads(run.best.read_text())
+        (_BestNetwork if cfg.model is not None else _BestOperator).model_validate(best)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        path = run.best if err.title.startswith("_Best") else run.config
+        raise ConfigError(f"export: {path}: {where}: "
+                          f"{' '.join(first['msg'].removeprefix('Value error, ').split())}"
+                          ) from None
+    except ValueError as err:
+        raise ConfigError(f"export: {run.best}: not JSON ({err})") from None
+    return cfg, best
+
+
+def export_run_dir(run_dir: str | Path, output: str | Path, force: bool = False) -> Path:
+    """``altenv export RUN --output DIR``: the tuned network (``model.so``, ``params.npz``,
+    ``manifest.json``, loadable with plain TVM), or for an operator run the tuned operator
+    (``model.so`` and a manifest of its arguments' physical layouts).
+
+    The run directory is read as data: the network is built from the model the run kept
+    (``model/``, :func:`~altenv.graph.frontend.load_saved_model`) and checked against the
+    outputs recorded with it; nothing the config names is imported. ``output`` must be
+    empty or new unless ``force``."""
+    run, output = RunDir(run_dir), Path(output)
+    if not run.config.exists() or not run.best.exists():
+        raise ConfigError(f"export: {run.path} is not a finished run (no config.yaml/best.json)")
+    if output.exists() and not output.is_dir():
+        raise ConfigError(f"export: --output {output} is a file; give a directory")
+    held = sorted(p.name for p in output.iterdir()) if output.exists() else []
+    if held and not force:
+        raise ConfigError(f"export: --output {output} is not empty ({', '.join(held[:3])}"
+                          f"{', ...' if len(held) > 3 else ''}); give a new or empty directory, "
+                          "or --force to write over it")
+    cfg, best = _read_run(run)
+    model = None
+    if cfg.model is not None:
+        if not run.model.is_dir():
+            raise ConfigError(
+                f"export: {run.path} keeps no imported model ({run.model}); it was "
+                "tuned by an older altenv. Export never runs a run's model code: tune the run "
+                "again with this version (it resumes and keeps the model), then export")
+        try:
+            model = load_saved_model(run.model)
+        except Exception as err:  # noqa: BLE001 (missing or damaged data: JSON, npz, TVM JSON)
+            reason = " ".join(str(err).split())[:200]
+            raise ConfigError(f"export: {run.model}: not a kept model "
+                              f"({type(err).__name__}: {reason})") from None
+    try:
+        if model is not None:
+            factors, schedules, read_through = best_schedules(cfg.target, best)
+        else:
+            task, factors, schedule = replay_best(cfg.workload, list(cfg.epilogue),
+                                                  cfg.target, best, cfg.mapping)
+    except ValueError as err:  # a best that this version's spaces cannot replay
+        raise ConfigError(f"export: {run.best}: {' '.join(str(err).split())}") from None
+    for name in (MODEL_FILE, PARAMS_FILE, MANIFEST_FILE) if force else ():
+        (output / name).unlink(missing_ok=True)
+    if model is not None:
+        out, _ = export_run(model, output, factors, schedules, cfg.target,
+                            manifest_extras={"run": str(run.path)}, read_through=read_through,
+                            others=run.others_database(), fast_math=cfg.fast_math)
+        return out
+    return _export_operator(output, task, factors, schedule, cfg.target,
+                            {"latency_s": best["latency_s"], "run": str(run.path)})
+
+
+def _export_operator(output: Path, task: OpTask, factors: Factors, schedule: Schedule,
+                     target: Any, extras: Mapping[str, Any]) -> Path:
+    """``model.so`` and ``manifest.json`` of a tuned operator: its function ``main`` and the
+    shape, dtype and physical layout of each argument (``extras`` merged in)."""
+    program = task.program(factors)
+    output.mkdir(parents=True, exist_ok=True)
+    tvm.compile(schedule.mod, make_target(target)).export_library(str(output / MODEL_FILE))
+    shapes = {name: (list(lay.shape), str(program.op.out_dtype if name in ("out", "bias",
+              "residual") else program.op.input_dtype(name)))
+              for name, lay in program.layouts.items()}
+    manifest = {"workload": task.key, "target": str(make_target(target)),
+                "function": "main", "arguments": [
+                    {"name": n, "shape": shapes[n][0], "dtype": shapes[n][1],
+                     "layout": program.layouts[n].to_json()} for n in program.arg_names],
+                **extras}
+    (output / MANIFEST_FILE).write_text(json.dumps(manifest, indent=1) + "\n")
+    return output

@@ -78,7 +78,7 @@ def test_cli_wants_a_suite_or_workloads(capsys):
 
 def test_labelled_agents_are_tuners_with_their_options(tmp_path):
     from altenv.bench.ops import cell_dir
-    from altenv.run import make_agent
+    from altenv.pipeline.checks import make_agent
 
     suite = load_suite(str(_suite_file(tmp_path)), **{
         "tuners": ["altenv", "metaschedule", "evo-small", "evo8", "random"],

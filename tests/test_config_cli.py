@@ -176,15 +176,15 @@ def test_budget_split_gives_a_share_to_the_other_kernels():
 def test_task_budgets_give_small_tasks_a_floor_then_split_by_flops():
     """ResNet-18-like weights: a 1x1 downsample and the classifier get the floor, the big
     convolutions the rest by FLOPs x calls; the shares add up to the total."""
-    from altenv.run import TASK_FLOOR_BATCHES, _task_budgets
+    from altenv.tuning.budget import TASK_FLOOR_BATCHES, task_budgets
 
     weights = {"c3x3": 231e6 * 3, "c3x3_res": 231e6, "c1x1": 12.8e6, "fc": 1.0e6}
     floor = TASK_FLOOR_BATCHES * 8
-    shares = _task_budgets(weights, 600, floor)
+    shares = task_budgets(weights, 600, floor)
     assert sum(shares.values()) == 600
     assert floor <= shares["fc"] <= shares["c1x1"] < shares["c3x3_res"] < shares["c3x3"]
     assert shares["c3x3"] - floor == pytest.approx(3 * (shares["c3x3_res"] - floor), abs=3)
-    tight = _task_budgets(weights, 40, floor)  # too few for the floor: an equal share first
+    tight = task_budgets(weights, 40, floor)  # too few for the floor: an equal share first
     assert sum(tight.values()) == 40 and min(tight.values()) >= 10
 
 
@@ -192,15 +192,15 @@ def test_task_weights_follow_a_roofline_not_flops_alone():
     """A memory-bound depthwise convolution is weighted by the bytes it moves, a 3x3
     convolution by its FLOPs; int8 data moves one byte an element, its int32 output four."""
     from altenv.ops import operator_for, parse_workload
-    from altenv.run import RIDGE_FLOPS_PER_BYTE, _task_weight
+    from altenv.tuning.budget import RIDGE_FLOPS_PER_BYTE, task_weight
 
     dep = "dep:N=1,C=32,H=112,W=112,KH=3,KW=3,stride=1,pad=1"
     op = operator_for(parse_workload(dep))
     assert op.traffic_bytes() == 4 * (32 * 114 * 114 + 32 * 9 + 32 * 112 * 112)
-    assert _task_weight(dep, 2) == 2 * RIDGE_FLOPS_PER_BYTE * op.traffic_bytes()
-    assert _task_weight(dep, 1) > 2 * op.flops()
+    assert task_weight(dep, 2) == 2 * RIDGE_FLOPS_PER_BYTE * op.traffic_bytes()
+    assert task_weight(dep, 1) > 2 * op.flops()
     c3 = "c2d:N=1,I=64,O=64,H=56,W=56,KH=3,KW=3,stride=1,pad=1"
-    assert _task_weight(c3, 3) == 3 * operator_for(parse_workload(c3)).flops()
+    assert task_weight(c3, 3) == 3 * operator_for(parse_workload(c3)).flops()
     q = operator_for(parse_workload("gmm:M=4,N=16,K=32,dtype=int8"))
     assert q.traffic_bytes() == 4 * 32 + 32 * 16 + 4 * 4 * 16
 

@@ -64,7 +64,7 @@ def _tune_net_cell(suite: BenchSuite, entry: NetEntry, tuner: str, seed: int, pa
         summary = {"trials": baseline.tuning.trials, "valid": baseline.tuning.valid,
                    "tuning_seconds": time.perf_counter() - start, "history": []}
     else:
-        from ..run import tune_model
+        from ..pipeline import tune_model
 
         result = tune_model(_run_config(suite, entry, tuner, seed, path, budget, measure),
                             progress, repair)
@@ -97,12 +97,10 @@ def _cell_program(suite: BenchSuite, entry: NetEntry, cell: dict[str, Any], outp
                   model: Any, inputs: list[Any]) -> tuple[Any, Any]:
     """A finished cell's network as a baseline named ``tuner#seed``, and for an altenv
     cell its :class:`~altenv.graph.network.NetworkBuild` (``None`` for MetaSchedule)."""
-    import yaml
-
     from ..baselines import network_baseline, tuned_relax_baseline
     from ..graph.network import build_network
     from ..graph.tasks import extract_tasks
-    from ..run import best_schedules, others_database
+    from ..pipeline import RunDir, best_schedules
 
     label = f"{cell['tuner']}#{cell['seed']}"
     path = cell_dir(output, entry, cell["tuner"], cell["seed"])
@@ -110,11 +108,12 @@ def _cell_program(suite: BenchSuite, entry: NetEntry, cell: dict[str, Any], outp
         run = tuned_relax_baseline(model.mod, model.params, inputs, path, target=suite.target)
         run.name = label
         return run, None
-    cfg = RunConfig.model_validate(yaml.safe_load((path / "config.yaml").read_text()))
+    run_dir = RunDir(path)
+    cfg = RunConfig.model_validate(run_dir.saved_config())
     factors, schedules, read_through = best_schedules(
-        cfg, json.loads((path / "best.json").read_text()))
+        cfg.target, json.loads(run_dir.best.read_text()))
     network = build_network(extract_tasks(model), factors, schedules, suite.target,
-                            read_through, others_database(path), cfg.fast_math)
+                            read_through, run_dir.others_database(), cfg.fast_math)
     return network_baseline(label, network, inputs), network
 
 

@@ -56,8 +56,8 @@ def _tune_agent_cell(suite: BenchSuite, entry: OpEntry, tuner: str, seed: int, p
     keeps the tuning seconds of earlier attempts in ``progress.json``."""
     from ..costmodel import CostModel
     from ..measure import create
+    from ..pipeline.checks import make_agent
     from ..records import RecordDB
-    from ..run import make_agent
     from ..tuning import Budget, OpTask, TuningSession, tune
 
     path.mkdir(parents=True, exist_ok=True)
@@ -133,10 +133,10 @@ def _best_decodes(suite: BenchSuite, entry: OpEntry, summary: dict[str, Any], pa
                   ) -> bool:
     """Whether a finished agent cell's best still replays in this version's design space
     (otherwise the cell is set aside)."""
-    from ..run import _schedule_of
+    from ..pipeline.replay import replay_best
 
     try:
-        _schedule_of(entry.spec, entry.epilogue, suite.target, summary)
+        replay_best(entry.spec, entry.epilogue, suite.target, summary)
     except StaleRecordError as err:
         _set_aside(path, err)
         return False
@@ -177,14 +177,14 @@ def _program_of(suite: BenchSuite, entry: OpEntry, summary: dict[str, Any], path
     """The finished cell's best program as a :class:`~altenv.baselines.Baseline`."""
     from ..baselines import compiled_baseline, tuned_tir_baseline
     from ..ops import generate
-    from ..run import _schedule_of
+    from ..pipeline.replay import replay_best
 
     if summary["tuner"] == METASCHEDULE:
         baseline = tuned_tir_baseline(generate(entry.spec, epilogue=entry.epilogue), path,
                                       target=suite.target, raw=raw)
         baseline.name = label
         return baseline
-    task, factors, schedule = _schedule_of(entry.spec, entry.epilogue, suite.target, summary)
+    task, factors, schedule = replay_best(entry.spec, entry.epilogue, suite.target, summary)
     return compiled_baseline(label, task.program(factors), schedule.mod, target=suite.target,
                              raw=raw)
 

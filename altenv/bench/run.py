@@ -45,9 +45,10 @@ def _check_same_timing(suite: BenchSuite, output: Path) -> None:
 def check_suite(suite: BenchSuite, entries: list[Any]) -> None:
     """What the cells of ``entries`` need beyond the suite's fields, checked before anything
     is written: the target's device is present, every tuner's agent is built (its options
-    typed and checked, :func:`~altenv.run.make_agent`) and every network imports
-    (:func:`~altenv.run.load_user_model`); a :class:`ConfigError` of one line otherwise."""
-    from ..run import check_device, load_user_model, make_agent
+    typed and checked, :func:`~altenv.pipeline.checks.make_agent`) and every network
+    imports (:func:`~altenv.pipeline.checks.load_user_model`); a :class:`ConfigError` of
+    one line otherwise."""
+    from ..pipeline.checks import check_device, load_user_model, make_agent
 
     check_device(suite.target)
     for tuner in suite.tuners:

@@ -32,13 +32,11 @@ import numpy as np
 from ..config import ConfigError, TrainConfig
 from ..costmodel import CostModel
 from ..records import RecordDB
-from ..run import TensorBoardLog, _open_run, check_run, load_user_model, op_task
 from ..target import make_target
 from ..tuning import Budget, OpTask, TuningSession, tune
-
-CORPUS = "corpus/records.jsonl"
-RANKING = "costmodel-ranking.json"
-STATE = "train-state.json"
+from .checks import check_run, load_user_model, op_task
+from .rundir import RunDir
+from .tensorboard import TensorBoardLog
 
 
 def model_tasks(cfg: TrainConfig, source: str) -> list[OpTask]:
@@ -78,16 +76,17 @@ def _corpus(cfg: TrainConfig, state: _State, specs: list[str], progress: bool) -
 
     corpus = cfg.corpus
     assert corpus is not None
-    model_path = cfg.run_dir / "costmodel.npz"
+    run_dir = RunDir(cfg.run_dir)
+    model_path = run_dir.cost_model
     start = time.perf_counter()
-    measure_corpus(specs, corpus.trials, cfg.run_dir / CORPUS, cfg.target, cfg.measure,
+    measure_corpus(specs, corpus.trials, run_dir.corpus, cfg.target, cfg.measure,
                    lambda seed: agents.create("random", seed=seed), seed=cfg.seed,
                    batch=cfg.search.batch, top_k=cfg.search.top_k, progress=progress)
     state["corpus_seconds"] = (state["corpus_seconds"] or 0.0) + time.perf_counter() - start
     if state["costmodel"] and model_path.exists():
         return CostModel.load(model_path)
     start = time.perf_counter()
-    paths = [cfg.run_dir / CORPUS, *map(Path, corpus.records)]
+    paths = [run_dir.corpus, *map(Path, corpus.records)]
     examples = record_examples(paths, cfg.target, progress=progress)
     rng = np.random.default_rng(cfg.seed)
     held = set(rng.permutation(len(examples))[:round(corpus.holdout * len(examples))].tolist())
@@ -96,7 +95,7 @@ def _corpus(cfg: TrainConfig, state: _State, specs: list[str], progress: bool) -
                                                 if i not in held], cfg.seed),
                                 [e for i, e in enumerate(examples) if i in held], seed=cfg.seed)
         print(report.table())
-        (cfg.run_dir / RANKING).write_text(json.dumps(report.to_json(), indent=1) + "\n")
+        run_dir.ranking.write_text(json.dumps(report.to_json(), indent=1) + "\n")
     model = fit_cost_model(examples, cfg.seed)
     model.save(model_path, records=False)
     state["costmodel"] = {"workloads": len(examples),
@@ -130,6 +129,7 @@ def _pretrain(cfg: TrainConfig, state: _State, agent: Any, cost_model: Path) -> 
     make = functools.partial(make_vec_env, env_fn, n_envs=pre.envs, seed=cfg.seed + done,
                              vec_env_cls=SubprocVecEnv if pre.envs > 1 else DummyVecEnv)
     every = agent.ppo_options["n_steps"] * pre.envs * 8  # steps between checkpoints
+    checkpoint = RunDir(cfg.run_dir).checkpoint
     start = time.perf_counter()
 
     class Save(BaseCallback):
@@ -145,7 +145,7 @@ def _pretrain(cfg: TrainConfig, state: _State, agent: Any, cost_model: Path) -> 
                 self.last = self.model.num_timesteps
                 seconds = time.perf_counter() - start
                 steps = done + self.model.num_timesteps - self.begin
-                agent.save(cfg.run_dir / "checkpoint")
+                agent.save(checkpoint)
                 state["pretrain_seconds"] = (state["pretrain_seconds_before"] or 0.0) + seconds
                 state["pretrain_steps"] = steps
                 state["pretrain_steps_per_second"] = (steps - done) / seconds
@@ -155,7 +155,7 @@ def _pretrain(cfg: TrainConfig, state: _State, agent: Any, cost_model: Path) -> 
 
     state["pretrain_seconds_before"] = state["pretrain_seconds"] or 0.0
     rate = agent.pretrain(make, pre.timesteps - done, Save())
-    agent.save(cfg.run_dir / "checkpoint")
+    agent.save(checkpoint)
     state["pretrain_seconds"] = state["pretrain_seconds_before"] + time.perf_counter() - start
     state["pretrain_steps"] = pre.timesteps
     state["pretrain_steps_per_second"] = rate
@@ -172,7 +172,8 @@ def _workloads(cfg: TrainConfig, state: _State, agent: Any, cost_model: CostMode
     budget = Budget(cfg.budget.joint, cfg.budget.loop_only)
     shared = CostModel(seed=cfg.seed, base=cost_model) if cost_model is not None \
         else CostModel(seed=cfg.seed)
-    log = TensorBoardLog(cfg.run_dir / "tb")
+    run_dir = RunDir(cfg.run_dir)
+    log = TensorBoardLog(run_dir.tensorboard)
     start = time.perf_counter()
     with create(None, cfg.measure, cfg.target) as measurer:
         for task in tasks:
@@ -181,7 +182,7 @@ def _workloads(cfg: TrainConfig, state: _State, agent: Any, cost_model: CostMode
                 continue
             best = tune(session, agent, budget, **cfg.search.loop_options(),
                         progress=progress, callbacks=[log])
-            agent.save(cfg.run_dir / "checkpoint")
+            agent.save(run_dir.checkpoint)
             print(f"{task.key}: best {best * 1e3:.4g} ms after {session.trials} trials")
     log.close()
     state["workloads"] = [t.key for t in tasks]
@@ -216,7 +217,7 @@ def write_card(cfg: TrainConfig, state: _State, checkpoint: Path, command: str
     target = make_target(cfg.target)
     files = sorted(p.name for p in checkpoint.iterdir()
                    if p.is_file() and p.name not in (pretrained.CARD, "CARD.md"))
-    ranking_path = cfg.run_dir / RANKING
+    ranking_path = RunDir(cfg.run_dir).ranking
     card = {
         "agent": cfg.agent.name, "options": cfg.agent.options,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -275,11 +276,12 @@ def train(cfg: TrainConfig, progress: bool = True, repair: bool = False,
     """Run the configured stages (see the module docstring); returns the checkpoint. What
     the run needs (agent, workloads, models) is checked before its directory is made;
     ``repair`` moves bad lines of its records aside; ``command`` goes on the card."""
-    checkpoint = cfg.run_dir / "checkpoint"
+    run_dir = RunDir(cfg.run_dir)
+    checkpoint = run_dir.checkpoint
     if (checkpoint / "policy.json").exists():  # resume from the run's own, whatever it began from
         options = {**cfg.agent.options, "checkpoint": str(checkpoint)}
         cfg = cfg.model_copy(update={"agent": cfg.agent.model_copy(update={"options": options})})
-    agent = check_run(cfg, tensorboard_log=str(cfg.run_dir / "tb"))
+    agent = check_run(cfg, tensorboard_log=str(run_dir.tensorboard))
     if (cfg.corpus or cfg.pretrain) and not hasattr(agent, "pretrain"):
         raise ConfigError(f"agent: {cfg.agent.name!r} cannot pretrain on cost-model rewards; "
                           "drop 'corpus' and 'pretrain' or use 'ppo'")
@@ -290,8 +292,8 @@ def train(cfg: TrainConfig, progress: bool = True, repair: bool = False,
     tasks = [op_task(cfg, w) for w in cfg.workloads]
     for source in cfg.models:
         tasks += model_tasks(cfg, source)
-    with _open_run(cfg, repair) as db:
-        state = _State(cfg.run_dir / STATE)
+    with run_dir.open(cfg, repair) as db:
+        state = _State(run_dir.train_state)
         if cfg.corpus is not None:
             from ..bench.suite import suite_specs
 
@@ -301,7 +303,7 @@ def train(cfg: TrainConfig, progress: bool = True, repair: bool = False,
             agent.save(checkpoint)
         if cfg.pretrain is not None:
             assert cost_model is not None
-            path = cfg.run_dir / "costmodel.npz"
+            path = run_dir.cost_model
             if not path.exists():
                 cost_model.save(path, records=False)
             _pretrain(cfg, state, agent, path)

@@ -1,6 +1,7 @@
 """Tuning: operator tasks, measurement sessions with a cost model, and the tuning loop."""
 
-from .loop import Budget, tune
+from .budget import Budget
+from .loop import tune
 from .session import TuningSession
 from .task import Candidate, OpTask, freeze
 

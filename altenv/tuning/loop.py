@@ -10,35 +10,15 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tqdm.auto import tqdm
 
+from .budget import Budget
 from .session import TuningSession
 
 if TYPE_CHECKING:
     from agents.base import Agent
-
-
-@dataclass(frozen=True)
-class Budget:
-    """Measured trials of the joint and the loop-only stage (ALT default 30:70), and
-    ``extra`` trials after them on the best layout (what a model run's task scheduler,
-    :mod:`altenv.tuning.scheduler`, hands a task on top of its share)."""
-
-    joint: int
-    loop_only: int
-    extra: int = 0
-
-    @classmethod
-    def split(cls, total: int, joint_fraction: float = 0.3) -> Budget:
-        joint = round(total * joint_fraction)
-        return cls(joint, total - joint)
-
-    @property
-    def total(self) -> int:
-        return self.joint + self.loop_only + self.extra
 
 
 def tune(session: TuningSession, agent: Agent, budget: Budget, batch: int = 128,

@@ -37,8 +37,6 @@ from ..target import device_of, target_cores
 
 log = logging.getLogger(__name__)
 
-#: The run directory's subdirectory holding the database.
-OTHERS_DIR = "others"
 #: Candidates MetaSchedule measures per search iteration (its default, 64, would spend a
 #: small budget on one or two kernels).
 TRIALS_PER_ITER = 16

@@ -1,0 +1,83 @@
+"""What a run needs beyond its config, checked before its directory is made.
+
+A device that is not there, an agent that does not build, a workload without the template
+asked for or a model that does not import is a :class:`~altenv.config.ConfigError` of one
+line, and bad input leaves nothing behind. Runs, ``altenv train`` and ``altenv bench`` all
+check through here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import agents
+
+from ..config import AgentConfig, ConfigError, RunConfig, TrainConfig
+from ..graph import ImportedModel, load_model
+from ..target import check_device as present
+from ..target import make_target
+from ..tuning import OpTask
+from .rundir import RunDir
+
+
+def check_device(target: Any) -> None:
+    """A :class:`ConfigError` of one line unless the device of ``target`` (a config's
+    target) is present on this host."""
+    try:
+        present(make_target(target))
+    except ValueError as err:
+        raise ConfigError(f"target: {err}") from None
+
+
+def make_agent(agent: AgentConfig, defaults: dict[str, Any]) -> agents.Agent:
+    """The agent ``agent`` names, built by :func:`agents.build` (its options typed and
+    checked; ``defaults`` fill those it takes and were not given); whatever is wrong (a
+    module that does not import, an option of the wrong type or value) is a
+    :class:`ConfigError` of one line."""
+    try:
+        return agents.build(agent.name, agent.options, defaults)
+    except (ValueError, TypeError) as err:
+        raise ConfigError(f"agent: {' '.join(str(err).removeprefix('agent: ').split())}"
+                          ) from None
+
+
+def check_run(cfg: RunConfig | TrainConfig, **defaults: Any) -> agents.Agent:
+    """The target's device is present (:func:`check_device`) and the agent is built
+    (:func:`make_agent`; ``seed``, the run's own checkpoint when resuming and ``defaults``
+    fill options it takes). Returns the agent; a :class:`ConfigError` of one line
+    otherwise."""
+    check_device(cfg.target)
+    own = RunDir(cfg.run_dir).checkpoint
+    if own.exists():
+        defaults.setdefault("checkpoint", str(own))
+    agent = make_agent(cfg.agent, {"seed": cfg.seed, **defaults})
+    if isinstance(cfg, TrainConfig) and not hasattr(agent, "save"):
+        raise ConfigError(f"agent: {cfg.agent.name!r} has nothing to train (no save()); use an "
+                          "agent such as 'ppo'")
+    return agent
+
+
+def op_task(cfg: RunConfig | TrainConfig, spec: str, mapping: str = "none") -> OpTask:
+    """The :class:`~altenv.tuning.OpTask` of an operator run or of a workload to train on;
+    a template the workload cannot have (e.g. no intrinsic mapping of it) is a
+    :class:`ConfigError` of one line."""
+    try:
+        return OpTask(spec, cfg.target, cfg.epilogue, cfg.search.levels, mapping=mapping)
+    except ValueError as err:
+        raise ConfigError(f"workload {spec!r}: {' '.join(str(err).split())}") from None
+
+
+def load_user_model(source: str, options: dict[str, Any], seed: int) -> ImportedModel:
+    """Import a user's model (:func:`altenv.graph.load_model`; a ``file.py:factory`` or zoo
+    model runs Python); anything that goes wrong is a :class:`ConfigError` of one line
+    naming the model (a missing or unreadable file, an operator the frontend cannot
+    convert, a bad ``model_options`` value, whatever the factory raises)."""
+    try:
+        return load_model(source, seed=seed, **options)
+    except Exception as err:  # noqa: BLE001 (a user's factory may raise anything)
+        lines = [line for line in str(err).splitlines() if line.strip()]
+        reason = " ".join(lines[0].split()) + (" (...)" if len(lines) > 1 else "") \
+            if lines else ""
+        raise ConfigError(f"model {source!r}"
+                          + (f" with model_options {options}" if options else "")
+                          + f": cannot import it ({type(err).__name__}: {reason})") from err

@@ -1,0 +1,340 @@
+"""A model run (``altenv tune`` of a ``model:``), one function per stage over a shared state.
+
+:func:`tune_model` runs the stages in order, each reading and filling a :class:`ModelRun`:
+
+1. :func:`plan`: the model's complex tasks and each task's share of the trials;
+2. :func:`tune_tasks`: each task tuned in topological order (ALT §6), starting from its
+   tuned siblings' best and, after the last sibling, measuring theirs
+   (:mod:`altenv.tuning.transfer`);
+3. :func:`hand_out_reserved`: the trials held back, a batch at a time, to the task the
+   task scheduler picks (:mod:`altenv.tuning.scheduler`);
+4. :func:`choose_in_network`: each task's fastest layouts re-timed with the conversions the
+   network runs before them (:mod:`altenv.graph.in_network`);
+5. :func:`tune_other_kernels`: MetaSchedule on the kernels the layout search does not
+   cover (:mod:`altenv.tuning.others`);
+6. :func:`build`: the network with the chosen layouts (propagated, ALT Alg. 1) and
+   schedules, and ``best.json``;
+7. :func:`verify`: the network checked against the source framework and timed against
+   TVM's untuned build and PyTorch (``summary.json``).
+
+Every stage resumes from what the run directory holds, so a killed run goes on where it
+stopped without measuring a candidate twice.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from ..baselines import compare, network_baseline, torch_module_baseline, untuned_relax_baseline
+from ..config import RunConfig
+from ..costmodel import CostModel
+from ..graph import ImportedModel, TaskGraph, extract_tasks
+from ..graph.build import max_rel_err
+from ..graph.frontend import save_model
+from ..graph.in_network import Choice, Contender, choose_layouts, contenders
+from ..graph.lowering import ComplexLowering
+from ..graph.network import NetworkBuild, NetworkPlan, build_plan, other_kernels, plan_network
+from ..measure import Measurer, create
+from ..records import RecordDB
+from ..target import make_target
+from ..tuning import Budget, OpTask, TuningSession, tune
+from ..tuning.budget import TASK_FLOOR_BATCHES, task_budgets, task_weight
+from ..tuning.others import tune_others
+from ..tuning.scheduler import TaskProgress, handed_out, next_task, similarity_group
+from ..tuning.task import Candidate
+from ..tuning.transfer import TunedTask, carry_back, tuned_task, warm_start
+from .checks import check_run, load_user_model
+from .report import RunResult, speedups
+from .rundir import RunDir
+from .tensorboard import TensorBoardLog
+
+
+@dataclass
+class ModelRun:
+    """What the stages of a model run share: its inputs, the plan and budgets
+    (:func:`plan`), each task's session and share (:func:`tune_tasks`), the layouts and
+    schedules kept (:meth:`settle`, :func:`choose_in_network`) and the network
+    (:func:`build`)."""
+
+    cfg: RunConfig
+    run_dir: RunDir
+    agent: Any
+    model: ImportedModel
+    db: RecordDB
+    progress: bool
+    previous: int = 0
+    """Records the run directory held when this run began (resumed ones)."""
+    start: float = field(default_factory=time.perf_counter)
+    graph: TaskGraph | None = None
+    lowering_of: dict[str, ComplexLowering] = field(default_factory=dict)
+    """The complex tasks, by name, in topological order."""
+    calls: dict[str, int] = field(default_factory=dict)
+    weights: dict[str, float] = field(default_factory=dict)
+    budgets: dict[str, int] = field(default_factory=dict)
+    """Each task's share of the searched trials (:func:`~altenv.tuning.budget.task_budgets`)."""
+    reserved: int = 0
+    """Searched trials held back for the task scheduler."""
+    cost_model: CostModel | None = None
+    opened: dict[str, TuningSession] = field(default_factory=dict)
+    """Every task's session."""
+    shares: dict[str, Budget] = field(default_factory=dict)
+    """Each task's stages, as they were sized."""
+    sessions: dict[str, TuningSession] = field(default_factory=dict)
+    """The sessions of the tasks that measured a candidate successfully."""
+    factors: dict[str, dict[str, int]] = field(default_factory=dict)
+    schedules: dict[str, Any] = field(default_factory=dict)
+    best: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Each task's entry in ``best.json`` (:meth:`best_entry`)."""
+    trials: int = 0
+    handed: dict[str, int] = field(default_factory=dict)
+    """The reserved trials each task got."""
+    plan: NetworkPlan | None = None
+    read_through: Any = "measure"
+    network: NetworkBuild | None = None
+
+    def best_entry(self, name: str, cand: Candidate, latency: float) -> dict[str, Any]:
+        """A task's entry in ``best.json``: its workload, layouts and loop decisions."""
+        task = self.opened[name].task
+        return {"workload": task.key, "spec": self.lowering_of[name].spec,
+                "epilogue": list(task.epilogue), "calls": self.calls[name],
+                "latency_s": latency, "factors": dict(cand.factors),
+                "decisions": task.space(cand.factors).to_vector(cand.point).tolist(),
+                "layouts": task.layouts_json(cand.factors)}
+
+    def settle(self, name: str) -> None:
+        """Keep a tuned task's best layout and schedule."""
+        session = self.opened[name]
+        cand = session.best[0]
+        if cand is None:
+            print(f"task {name}: nothing measured successfully; default layout and schedule")
+            return
+        self.factors[name] = dict(cand.factors)
+        self.schedules[name] = session.schedule(cand)
+        self.sessions[name] = session
+        self.best[name] = self.best_entry(name, *session.best)
+
+
+def plan(run: ModelRun) -> None:
+    """The model's complex tasks and calls, and each task's share of the searched trials:
+    ``task_scheduler`` of them held back, of the rest a floor of a few batches per task,
+    then shares by a roofline estimate of its latency."""
+    cfg = run.cfg
+    run.graph = graph = extract_tasks(run.model)
+    network_plan = plan_network(graph)
+    run.lowering_of = {graph.calls[i].task: low
+                       for i, low in sorted(network_plan.lowerings.items())}
+    run.calls = {t: sum(1 for c in graph.calls if c.task == t) for t in run.lowering_of}
+    run.weights = {t: task_weight(low.spec, run.calls[t]) for t, low in run.lowering_of.items()}
+    run.reserved = round(cfg.budget.searched * cfg.search.task_scheduler)
+    run.budgets = task_budgets(run.weights, cfg.budget.searched - run.reserved,
+                               TASK_FLOOR_BATCHES * cfg.search.top_k)
+    print(f"{cfg.model}: {len(run.lowering_of)} tuned tasks, {len(network_plan.fallbacks)} "
+          f"calls on default schedules; {cfg.budget.total} trials ({cfg.budget.others} for "
+          "the other kernels)")
+
+
+def tune_tasks(run: ModelRun, measurer: Measurer, log: TensorBoardLog) -> None:
+    """Tune each task on its share, in topological order. A task first measures the best of
+    its siblings tuned before it (the same operator, other epilogues) and keeps
+    ``warm_start`` trials back; once the last sibling of an operator is tuned, each earlier
+    one measures the best of those tuned after it and re-times its finalists."""
+    cfg = run.cfg
+    options = cfg.search.loop_options(model=True)
+    joint_fraction = cfg.budget.joint / max(cfg.budget.searched, 1)
+    run.cost_model = CostModel(seed=cfg.seed)
+    siblings: dict[str, list[TunedTask]] = {}  # by operator spec, for warm starts
+    pending: dict[str, list[tuple[str, TuningSession]]] = {}  # sessions, by spec
+    last_of_spec = {low.spec: name for name, low in run.lowering_of.items()}
+    for name, lowering in run.lowering_of.items():
+        task = OpTask(lowering.spec, cfg.target, lowering.epilogue, cfg.search.levels)
+        session = TuningSession(task, measurer, run.db, run.cost_model, check=cfg.search.check)
+        last = last_of_spec[lowering.spec] == name
+        reserve = 0 if last else cfg.search.warm_start  # for carry_back
+        budget = Budget.split(run.budgets[name] - reserve, joint_fraction)
+        run.opened[name], run.shares[name] = session, budget
+        session.limit = budget.total
+        session.measure(warm_start(task, siblings.get(lowering.spec, []),
+                                   cfg.search.warm_start))
+        tune(session, run.agent, budget, **options, progress=run.progress, callbacks=[log])
+        group = siblings.setdefault(lowering.spec, [])
+        group.append(tuned_task(session, cfg.search.warm_start))
+        pending.setdefault(lowering.spec, []).append((name, session))
+        run.run_dir.save_agent(run.agent)
+        if not last:
+            continue
+        done = pending.pop(lowering.spec)
+        for k, (earlier, earlier_session) in enumerate(done[:-1]):
+            before = earlier_session.best[1]
+            carried = carry_back(earlier_session, group[k + 1:], cfg.search.warm_start,
+                                 run.budgets[earlier], options["finalists"],
+                                 options["finalist_rounds"], options["finalists_cold"])
+            cand, after = earlier_session.best
+            if cand in carried:
+                print(f"task {earlier}: {before * 1e3:.4g} -> {after * 1e3:.4g} ms with "
+                      "a candidate carried back from a later sibling")
+        for earlier, _ in done:
+            run.settle(earlier)
+
+
+def hand_out_reserved(run: ModelRun, log: TensorBoardLog) -> None:
+    """The task scheduler's trials: ``reserved`` of them, a batch at a time, each to the
+    task it picks (loop search on the task's best layout, :class:`~altenv.tuning.Budget`
+    ``extra``), at most its own share again to one task (one stuck far below its peers'
+    throughput would otherwise take them all). Trials a task measured past its share count
+    as handed out, so a resumed run goes on with what is left. The tasks that got some
+    re-time their finalists and are settled again."""
+    cfg, sessions, budgets = run.cfg, run.opened, run.budgets
+    groups = {t: similarity_group(low.spec) for t, low in run.lowering_of.items()}
+    spent = sum(handed_out({t: s.trials for t, s in sessions.items()}, budgets).values())
+    cap = {t: 2 * budgets[t] for t in sessions}  # its share, and as much again at most
+    open_tasks = {t: s for t, s in sessions.items() if s.trials < cap[t]}
+    rescued: set[str] = set()
+    batch = cfg.search.loop_options(model=True) | {"finalists": 0}
+    bar = tqdm(total=run.reserved, initial=min(spent, run.reserved), desc="task scheduler",
+               unit="trial", disable=not run.progress or spent >= run.reserved)
+    while spent < run.reserved and open_tasks:
+        name = next_task({t: TaskProgress(run.calls[t], run.weights[t] / run.calls[t],
+                                          groups[t], s.history)
+                          for t, s in open_tasks.items()}, cfg.search.top_k)
+        session, share = open_tasks[name], run.shares[name]
+        before = session.trials
+        extra = before - share.joint - share.loop_only + min(
+            cfg.search.top_k, run.reserved - spent, cap[name] - before)
+        tune(session, run.agent, Budget(share.joint, share.loop_only + min(extra, 0),
+                                        max(extra, 0)),
+             **batch, progress=False, callbacks=[log])
+        if session.trials == before:
+            del open_tasks[name]  # nothing new to measure there
+            continue
+        if session.trials >= cap[name]:
+            del open_tasks[name]
+        rescued.add(name)
+        spent += session.trials - before
+        bar.update(session.trials - before)
+        bar.set_postfix(task=name, best_ms=f"{session.best[1] * 1e3:.4g}")
+    bar.close()
+    run.run_dir.save_agent(run.agent)
+    options = cfg.search.loop_options(model=True)
+    for name in rescued:
+        sessions[name].finalize(options["finalists"], options["finalist_rounds"],
+                                options["finalists_cold"])
+        run.settle(name)
+    run.trials = sum(session.trials for session in sessions.values())
+    run.handed = handed_out({t: s.trials for t, s in sessions.items()}, budgets)
+
+
+def choose_in_network(run: ModelRun) -> None:
+    """Re-time each task's contenders inside the network (:func:`choose_layouts`) and keep
+    the one fastest there. Like the final pick, this re-times candidates already measured:
+    it costs seconds, not trials. The choices are kept in ``in_network.json``, so a resumed
+    run does not time them again."""
+    cfg, path = run.cfg, run.run_dir.in_network
+    options = {t: contenders(run.sessions[t], cfg.search.in_network, cfg.search.in_network_slack)
+               for t in run.lowering_of if t in run.sessions}  # in graph order: producers first
+    known = {t: Choice.from_json(c) for t, c in json.loads(path.read_text()).items()} \
+        if path.exists() else {}
+    recorded = {t: c.to_json() for t, c in known.items()}
+
+    def save(task: str, choice: Choice) -> None:
+        recorded[task] = choice.to_json()
+        path.write_text(json.dumps(recorded, indent=1))
+        first, kept = choice.seconds[0], choice.seconds[choice.chosen]
+        print(f"task {task}: {first * 1e6:.0f} us per network run on the layout fastest "
+              f"alone, {kept * 1e6:.0f} us on the one kept (contender {choice.chosen} of "
+              f"{len(choice.seconds)})")
+
+    choices = choose_layouts(run.graph, run.factors, run.schedules, options, cfg.target,
+                             known, save, seed=cfg.seed)
+    for name, choice in choices.items():
+        if choice.chosen:
+            kept: Contender = options[name][choice.chosen]
+            run.factors[name], run.schedules[name] = dict(kept.factors), kept.schedule
+            run.best[name] = run.best_entry(name, kept.candidate, kept.latency)
+
+
+def tune_other_kernels(run: ModelRun) -> None:
+    """Plan the network with the chosen layouts (propagated, ALT Alg. 1); with
+    ``budget.others``, MetaSchedule tunes the kernels the layout search does not cover
+    (softmax, norms, pools, fallbacks), and the calls that read an input as stored are
+    chosen here, as the build will make them."""
+    cfg = run.cfg
+    run.plan = plan_network(run.graph, run.factors)
+    if cfg.budget.others:
+        kernels, run.read_through = other_kernels(run.plan, run.schedules, cfg.target,
+                                                  run.read_through, cfg.fast_math)
+        print(f"{cfg.model}: {len(kernels)} other kernels, MetaSchedule for "
+              f"{cfg.budget.others} trials")
+        run.trials += tune_others(kernels, cfg.budget.others, run.run_dir.others,
+                                  make_target(cfg.target), cfg.measure, cfg.seed)
+
+
+def build(run: ModelRun) -> None:
+    """Build the network (main rewritten, weights transformed once, conversions inserted or
+    read through where faster) and write ``best.json``: per task its factors, layouts and
+    loop decisions, and the calls that read through."""
+    cfg = run.cfg
+    run.network = build_plan(run.plan, run.schedules, cfg.target, run.read_through,
+                             run.run_dir.others_database(), cfg.fast_math)
+    run.run_dir.best.write_text(json.dumps(
+        {"model": cfg.model,
+         "tasks": {t: run.best[t] for t in run.lowering_of if t in run.best},
+         "read_through": {str(i): how for i, how in run.network.reads_through.items()}},
+        indent=1))
+
+
+def verify(run: ModelRun) -> RunResult:
+    """Check the network against the source framework (1e-4 relative), time it interleaved
+    with TVM's untuned build and PyTorch, and write ``summary.json``."""
+    cfg, model, network = run.cfg, run.model, run.network
+    inputs = model.random_inputs(cfg.seed + 1)
+    expected = model.reference(inputs)
+    err = max_rel_err(network.run(inputs), expected)
+    if not err <= 1e-4:
+        raise RuntimeError(f"run {cfg.name}: the tuned network differs from torch by {err:.3g}")
+    runs = [network_baseline("altenv", network, inputs),
+            untuned_relax_baseline(model.mod, model.params, inputs, target=cfg.target)]
+    if model.torch_module is not None:
+        runs.append(torch_module_baseline(model.torch_module, inputs, target=cfg.target))
+    stats = compare(runs, expected, rtol=1e-4)
+    timings = {n: st.summary() for n, st in stats.items()}
+    elapsed = time.perf_counter() - run.start
+    summary = {"name": cfg.name, "model": cfg.model, "trials": run.trials,
+               "resumed_records": run.previous, "tuning_seconds": elapsed,
+               "max_rel_err_vs_torch": err, "conversions": len(network.conversions),
+               "reads_through": len(network.reads_through),
+               "tuned_other_kernels": len(network.tuned_others),
+               "fallback_calls": len(run.plan.fallbacks), "task_scheduler": run.handed,
+               "timings": timings, "speedup": speedups(timings)}
+    run.run_dir.summary.write_text(json.dumps(summary, indent=1))
+    return RunResult(cfg.run_dir, timings["altenv"]["median_s"], run.trials, run.previous,
+                     elapsed, err, timings)
+
+
+def tune_model(cfg: RunConfig, progress: bool = True, repair: bool = False) -> RunResult:
+    """Tune every complex task of ``cfg.model``, build the network with the best layouts
+    and schedules, check it against the source framework and time it against TVM's
+    untuned build and PyTorch (the stages: see the module docstring). The imported model is
+    kept in the run directory as data (``model/``, what export builds); ``repair`` moves
+    bad lines of the records aside (:class:`RecordDB`)."""
+    run_dir = RunDir(cfg.run_dir)
+    agent = check_run(cfg, tensorboard_log=str(run_dir.tensorboard))
+    model = load_user_model(cfg.model, cfg.model_options, cfg.seed)
+    with run_dir.open(cfg, repair) as db:
+        run = ModelRun(cfg, run_dir, agent, model, db, progress, previous=len(db))
+        save_model(model, run_dir.model)
+        plan(run)
+        log = TensorBoardLog(run_dir.tensorboard)
+        with create(None, cfg.measure, cfg.target) as measurer:
+            tune_tasks(run, measurer, log)
+            hand_out_reserved(run, log)
+            log.close()
+            run.cost_model.save(run_dir.cost_model)
+        choose_in_network(run)
+        tune_other_kernels(run)
+        build(run)
+        return verify(run)
