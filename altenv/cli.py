@@ -1,16 +1,26 @@
-"""The ``altenv`` command line: ``demo``, ``tune``, ``train``, ``export``, ``envs``, ``bench``."""
+"""The ``altenv`` command line: ``demo``, ``tune``, ``train``, ``export``, ``envs``, ``bench``.
+
+Each command imports what it runs inside its own function: TVM takes seconds to load, and
+``altenv --help`` or a mistyped flag answers at once without it.
+"""
 
 from __future__ import annotations
 
 import argparse
+import re
+import signal
 import sys
+import warnings
+from pathlib import Path
 from typing import Any, NoReturn
+
+import yaml
 
 from .errors import UserError
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo, run_layout_demo
+    from .demo import run_demo, run_layout_demo  # loads TVM: only when run
 
     if args.layouts:
         run_layout_demo()
@@ -20,7 +30,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _tune(args: argparse.Namespace) -> int:
-    from .config import load_config
+    from .config import load_config  # loads TVM: only when run
     from .pipeline import timing_table, tune_model, tune_workload
 
     cfg = load_config(args.config, **{
@@ -38,7 +48,7 @@ def _tune(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from .config import TrainConfig, load_config
+    from .config import TrainConfig, load_config  # loads TVM: only when run
     from .pipeline.train import train
 
     cfg = load_config(args.config, TrainConfig, output_dir=args.output_dir, seed=args.seed,
@@ -51,7 +61,7 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from .export import export_run_dir
+    from .export import export_run_dir  # loads TVM: only when run
 
     out = export_run_dir(args.run, args.output, force=args.force)
     print(f"exported {args.run} to {out}")
@@ -59,7 +69,7 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _envs(args: argparse.Namespace) -> int:
-    from envs.describe import describe
+    from envs.describe import describe  # loads TVM: only when run
 
     try:
         print(describe(args.id), end="")
@@ -72,9 +82,7 @@ def _envs(args: argparse.Namespace) -> int:
 def _set_options(items: list[str] | None) -> dict[str, Any]:
     """``--set KEY=VALUE`` pairs as config overrides: dotted keys, YAML values
     (``--set measure.enable_cpu_cache_flush=true``)."""
-    import yaml
-
-    from .config import ConfigError
+    from .config import ConfigError  # loads TVM: only when run
 
     overrides: dict[str, Any] = {}
     for text in items or []:
@@ -91,9 +99,7 @@ def _set_options(items: list[str] | None) -> dict[str, Any]:
 
 def _agent_option(text: str) -> tuple[str, dict[str, Any]]:
     """``--agent LABEL=AGENT`` or ``LABEL=AGENT{key: value, ...}`` (YAML flow mapping)."""
-    import yaml
-
-    from .config import ConfigError
+    from .config import ConfigError  # loads TVM: only when run
 
     label, eq, rest = text.partition("=")
     name, brace, options = rest.partition("{")
@@ -108,11 +114,11 @@ def _agent_option(text: str) -> tuple[str, dict[str, Any]]:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from .bench import load_suite
+    from .bench import load_suite  # loads TVM: only when run
     from .bench.report import report
-    from .config import ConfigError
+    from .bench.run import run_bench
+    from .config import ConfigError, load_config
+    from .suites import BenchSuite
 
     kind = "ops" if args.bench == "ops" else "nets"
     entries = args.workload if kind == "ops" else args.model
@@ -130,17 +136,12 @@ def _bench(args: argparse.Namespace) -> int:
         overrides.update(name="adhoc", kind=kind, **{key: [
             {"name": _entry_name(e), ("spec" if kind == "ops" else "model"): e}
             for e in entries]})
-        from .bench.suite import BenchSuite
-        from .config import load_config
-
         suite = load_config(None, BenchSuite, **overrides)
     else:
         suite = load_suite(args.suite, **overrides)
     if suite.kind != kind:
         raise ConfigError(f"bench {args.bench}: suite {suite.name!r} is a {suite.kind} suite")
     output = Path(args.output or f"runs/bench-{suite.name}")
-    from .bench.run import run_bench
-
     timings = run_bench(suite, output, args.filter, progress=not args.quiet,
                         retime=args.retime, profile=getattr(args, "profile", False),
                         repair=args.repair)
@@ -150,7 +151,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _bench_envs(args: argparse.Namespace) -> int:
-    from .bench.envs import env_speed, format_rows
+    from .bench.envs import env_speed, format_rows  # loads TVM: only when run
     from .config import ConfigError
     from .target import make_target
 
@@ -170,8 +171,6 @@ def _bench_envs(args: argparse.Namespace) -> int:
 
 def _entry_name(spec: str) -> str:
     """A directory-safe short name of an ad-hoc workload spec or model."""
-    import re
-
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", spec).strip("_")[:80]
 
 
@@ -302,9 +301,6 @@ def main(argv: list[str] | None = None) -> int:
     called (a MetaSchedule builder or runner written in Python): TVM's FFI hands it back as
     a bare ``RuntimeError``. So the handler also notes that Ctrl-C came, and whatever
     exception follows it counts as the interruption."""
-    import signal
-    import warnings
-
     # raised inside torch.export when TVM's frontend imports a model; not actionable here
     warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)`",
                             category=FutureWarning)

@@ -22,8 +22,14 @@ from pydantic import (
     model_validator,
 )
 
+import agents
+
 from .errors import UserError
+from .mapping.space import check_generator
 from .measure import MeasureConfig
+from .ops import KINDS, parse_workload
+from .ops.draw import draw_workloads
+from .target import check_target
 
 
 class ConfigError(UserError, ValueError):
@@ -45,8 +51,6 @@ DirName = Annotated[str, AfterValidator(_dir_name)]
 
 
 def _target(value: str | dict[str, Any]) -> str | dict[str, Any]:
-    from .target import check_target
-
     check_target(value)
     return value
 
@@ -120,8 +124,6 @@ class AgentConfig(Strict):
     def _known(cls, value: str) -> str:
         if ":" in value:
             return value
-        import agents
-
         if value not in agents.available():
             raise ValueError(f"unknown agent {value!r}; allowed: {', '.join(agents.available())}"
                              " or 'module:Class'")
@@ -138,8 +140,6 @@ class AgentConfig(Strict):
         name = info.data.get("name")
         if name is None or ":" in name:
             return value
-        import agents
-
         agents.check_options(agents.agent_class(name), value, name)
         return value
 
@@ -206,8 +206,6 @@ class _Run(Strict):
 
 
 def _spec(value: str) -> str:
-    from .ops import parse_workload
-
     return str(parse_workload(value))
 
 
@@ -245,8 +243,6 @@ class RunConfig(_Run):
             raise ValueError("give exactly one of 'workload' (a spec string) and 'model' "
                              "(a zoo name, an .onnx file or file.py:factory)")
         if self.mapping != "none":
-            from .mapping.space import check_generator
-
             check_generator(self.mapping)
             if self.workload is None or not self.workload.endswith("dtype=int8"):
                 raise ValueError(f"mapping={self.mapping!r} maps int8 operators onto int8 dot "
@@ -269,17 +265,12 @@ class DrawConfig(Strict):
     @field_validator("kinds")
     @classmethod
     def _kinds(cls, value: list[str] | None) -> list[str] | None:
-        from .ops import KINDS
-
         bad = sorted(set(value or ()) - set(KINDS))
         if bad or value == []:
             raise ValueError(f"unknown kinds {bad or '[]'}; allowed: {', '.join(KINDS)}")
         return value
 
     def draw(self, exclude: set[str]) -> list[str]:
-        from .ops.draw import draw_workloads
-        from .ops.workload import KINDS
-
         return draw_workloads(self.count, self.seed, self.kinds or KINDS, self.max_gflop,
                               exclude)
 

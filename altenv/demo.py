@@ -14,8 +14,11 @@ from pathlib import Path
 
 import numpy as np
 
+from .config import load_config
+from .export import export_run_dir
 from .layout import Layout
 from .ops import LayoutTemplate, generate, run_numpy
+from .pipeline import timing_table, tune_model
 
 
 def run_layout_demo(spec: str = "c2d:N=1,I=64,O=64,H=56,W=56,KH=3,KW=3,stride=1,pad=1") -> None:
@@ -54,10 +57,6 @@ DEMO_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "demo.yaml"
 def run_demo(output_dir: str = "runs", progress: bool = True) -> None:
     """Tune the default network (resumes an interrupted demo), export it, print the
     speedups."""
-    from .config import load_config
-    from .export import export_run_dir
-    from .pipeline import timing_table, tune_model
-
     cfg = load_config(DEMO_CONFIG, output_dir=output_dir)
     result = tune_model(cfg, progress)
     # the demo's own export directory, written again each time the demo runs

@@ -27,7 +27,7 @@ import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -37,8 +37,6 @@ if TYPE_CHECKING:
     from tvm.ir import IRModule
     from tvm.s_tir.meta_schedule.database import JSONDatabase
     from tvm.tirx import PrimFunc
-
-    from altenv.measure import MeasureResult
 
 # MetaSchedule stores failed candidates with this sentinel run time.
 _MS_FAILED_SECONDS = 1e9
@@ -94,6 +92,16 @@ class Timed:
     def median(self) -> float:
         """Median latency in seconds; ``inf`` when it failed."""
         return statistics.median(self.latencies) if self.ok else math.inf
+
+
+class Measurement(Protocol):
+    """What :meth:`RecordDB.add_result` records of a measurement
+    (:class:`altenv.measure.MeasureResult` is one; records sit below measurement)."""
+
+    latencies: list[float]
+    error: str | None
+    build_seconds: float
+    run_seconds: float
 
 
 @dataclass
@@ -423,7 +431,7 @@ class RecordDB:
         layouts: Mapping[str, Any],
         trace: Any,
         decisions: Iterable[Any],
-        result: MeasureResult,
+        result: Measurement,
     ) -> Record:
         """Record a :class:`~altenv.measure.MeasureResult` of a candidate; ``trace`` is a
         MetaSchedule ``Trace``, its ``as_json()``, or ``None``."""
@@ -489,7 +497,7 @@ class RecordDB:
 
 
 def _entry_module(program: IRModule | PrimFunc) -> IRModule:
-    from tvm.ir import IRModule
+    from tvm.ir import IRModule  # TVM only here: the records load in ms without it
     from tvm.tirx import PrimFunc
 
     if isinstance(program, PrimFunc):
@@ -515,7 +523,7 @@ def export_metaschedule(
     (layouts applied); workloads without a module are skipped. ``only_best`` exports
     one record per workload, else every successful one.
     """
-    from tvm.s_tir import Schedule, Trace
+    from tvm.s_tir import Schedule, Trace  # TVM only here (see the module docstring)
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
     from tvm.s_tir.meta_schedule.database import JSONDatabase, TuningRecord
     from tvm.target import Target
@@ -552,7 +560,7 @@ def import_metaschedule(
     the trace's sampling decisions. Already present candidates are skipped. Returns the
     number of records added.
     """
-    import tvm_ffi
+    import tvm_ffi  # TVM only here (see the module docstring)
     from tvm.s_tir.meta_schedule.database import JSONDatabase
 
     ms_db = source if isinstance(source, JSONDatabase) else JSONDatabase(work_dir=str(source))

@@ -21,7 +21,6 @@ from altenv.baselines import (
     NoValidMeasurementsError,
     check_baseline,
     compare,
-    time_interleaved,
     torch_module_baseline,
     torch_operator_baseline,
     tune_relax_baseline,
@@ -31,8 +30,8 @@ from altenv.baselines import (
     weight_names,
 )
 from altenv.baselines.base import untuned_rules
-from altenv.baselines.timing import wait_for_idle_threads
 from altenv.measure import MeasureConfig, WrongResultError, as_module
+from altenv.measure.timing import time_interleaved, wait_for_idle_threads
 from altenv.ops import generate
 from altenv.target import make_target
 

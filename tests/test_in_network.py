@@ -105,7 +105,7 @@ def test_the_contender_fastest_in_the_network_is_kept(monkeypatch):
         return {key: Stats(1e-6 if len(chain) == 1 and structural_equal(chain[0], direct[0])
                            else 3e-6) for key, chain in runs.items()}
 
-    monkeypatch.setattr("altenv.baselines.timing.time_interleaved", fake_timer)
+    monkeypatch.setattr(in_network, "time_interleaved", fake_timer)
     monkeypatch.setattr(in_network, "KernelChain", lambda funcs, *_: list(funcs))
     seen: dict[str, Choice] = {}
     choices = choose_layouts(graph, {}, {}, {task: cands}, "llvm", on_choice=seen.__setitem__)
@@ -124,7 +124,7 @@ def test_a_best_layout_read_as_stored_is_kept_without_timing(monkeypatch):
     choice recorded."""
     graph, _ = _conv_chain()
     task, (untiled,) = _contenders(graph, tiled=False)
-    monkeypatch.setattr("altenv.baselines.timing.time_interleaved",
+    monkeypatch.setattr(in_network, "time_interleaved",
                         lambda *a, **k: pytest.fail("timed"))
     assert choose_layouts(graph, {}, {}, {task: [untiled, untiled]}, "llvm") == {}
 

@@ -96,7 +96,7 @@ def test_shipped_checkpoint_is_data_with_a_card():
     card = pretrained.card()
     assert card["sha256"] == pretrained.files_hash(pretrained.PPO_CHECKPOINT, card["files"])
     assert card["mcpu"] and card["corpus"]["workloads"] and card["pretrain"]["timesteps"] > 0
-    from altenv.bench.suite import suite_specs
+    from altenv.suites import suite_specs
 
     trained = set(card["corpus"]["workloads"]) | set(card["pretrain"]["workloads"])
     assert not trained & suite_specs()  # disjoint from every benchmark suite

@@ -1,6 +1,7 @@
 """Baselines in the same harness: MetaSchedule (``tune_tir`` / ``tune_relax``), TVM's untuned
 default build and PyTorch eager, each a :class:`Baseline` that runs once on prepared inputs,
-checked against a reference and timed interleaved with the others (:func:`compare`)."""
+checked against a reference and timed interleaved with the others (:func:`compare`,
+:mod:`altenv.measure.timing`)."""
 
 from .base import (
     Baseline,
@@ -26,19 +27,16 @@ from .operator import (
     tuned_tir_baseline,
     untuned_tir_baseline,
 )
-from .timing import TimingStats, time_interleaved
 
 __all__ = [
     "Baseline",
     "NoValidMeasurementsError",
-    "TimingStats",
     "TuningSummary",
     "check_baseline",
     "compiled_baseline",
     "compare",
     "count_measurements",
     "network_baseline",
-    "time_interleaved",
     "torch_function",
     "torch_module_baseline",
     "torch_operator_baseline",

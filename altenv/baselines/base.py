@@ -1,31 +1,22 @@
 """What every baseline hands back (a runnable program and how it was obtained), the
-correctness check before timing, the schedule rules of the untuned builds, and the
-MetaSchedule plumbing the tuned baselines share."""
+correctness check before timing, the schedule rules of the untuned builds, and what the
+tuned baselines read of a MetaSchedule database."""
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 import tvm
 from tvm.s_tir import dlight as dl
 from tvm.s_tir.meta_schedule.database import Database
-from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, LocalRunner
-from tvm.target import Target
 
-from ..measure import MeasureConfig, PersistentBuilder, WrongResultError
+from ..graph.kernels import KernelSource
+from ..measure import WrongResultError
 from ..measure.check import max_relative_error
-from ..measure.signals import sigint_blocked
-from ..target import target_cores, use_tvm_threads
-from .timing import BlockTimer, TimingStats, time_interleaved
-
-if TYPE_CHECKING:
-    from ..graph.kernels import KernelSource
+from ..measure.timing import BlockTimer, TimingStats, time_interleaved
 
 #: MetaSchedule stores this run time for a candidate that failed to build or run.
 FAILED_RUN_SECONDS = 1e9
@@ -142,57 +133,6 @@ def untuned_rules() -> tvm.transform.Pass:
     LLVM takes 7 s (``znver3``), 33 s (``skylake-avx512``) and over 6 minutes (``znver4``)
     to compile one such function."""
     return dl.ApplyDefaultSchedule(dl.cpu.Reduction())
-
-
-@contextlib.contextmanager
-def _unnamed_log_handlers_detached(name: str = "tvm.s_tir.meta_schedule") -> Iterator[None]:
-    """MetaSchedule's logging set-up feeds the names of its logger's handlers to
-    ``logging.config.dictConfig`` and fails on an unnamed one (pytest's log capture attaches
-    such handlers after a first tuning run); keep those aside while tuning."""
-    logger = logging.getLogger(name)
-    unnamed = [h for h in logger.handlers if h.get_name() is None]
-    for handler in unnamed:
-        logger.removeHandler(handler)
-    try:
-        yield
-    finally:
-        for handler in unnamed:
-            logger.addHandler(handler)
-
-
-@contextlib.contextmanager
-def metaschedule_session(
-    config: MeasureConfig, target: Target
-) -> Iterator[tuple[PersistentBuilder, LocalRunner]]:
-    """Everything a MetaSchedule tuning call needs here: only ``target``'s tensor intrinsics
-    registered (see :mod:`altenv.space.intrin`), a persistent-worker builder and a
-    ``LocalRunner`` with ``config``'s settings whose workers run ``target_cores(target)``
-    TVM threads. Workers are shut down on exit."""
-    from ..space import tune_context_intrins
-
-    use_tvm_threads(target_cores(target))
-    builder = PersistentBuilder(
-        max_workers=config.build_workers,
-        timeout_sec=config.build_timeout,
-        preload=config.builder_preload,
-        max_process_uses=config.builder_max_uses,
-    )
-    with sigint_blocked():  # its worker starts now; Ctrl-C is for this process
-        runner = LocalRunner(
-            timeout_sec=config.run_timeout,
-            evaluator_config=EvaluatorConfig(
-                number=config.number,
-                repeat=config.repeat,
-                min_repeat_ms=config.min_repeat_ms,
-                enable_cpu_cache_flush=config.enable_cpu_cache_flush,
-            ),
-        )
-    try:
-        with tune_context_intrins(target), _unnamed_log_handlers_detached():
-            yield builder, runner
-    finally:
-        builder.shutdown()
-        runner.pool.shutdown(wait=True)
 
 
 def mean_run_seconds(run_secs: Sequence[object] | None) -> float:

@@ -9,7 +9,7 @@ OpenMP's default wait policy: ``OMP_WAIT_POLICY=PASSIVE`` made a 64-channel 3x3
 convolution 1.5x slower here); the timing process asks the worker for blocks of calls
 and the worker times them itself, so no inter-process latency enters the numbers. The
 timing process lets its own thread pools park before each block
-(:func:`~altenv.baselines.timing.wait_for_idle_threads`), which ends torch's occasional
+(:func:`~altenv.measure.timing.wait_for_idle_threads`), which ends torch's occasional
 15x slowdowns; the worker does not wait likewise before it replies, as idle cores slow
 the next program down on this VM (torch's depthwise 960-channel convolution in three
 re-timings each: 0.46-0.71 ms with both processes waiting, 0.16-0.45 ms with the timer
@@ -29,6 +29,7 @@ from typing import IO, Any
 
 import cloudpickle
 import numpy as np
+import torch
 
 from ..measure.signals import sigint_blocked
 
@@ -43,8 +44,6 @@ def _send(stream: IO[bytes], message: Any) -> None:
 
 def _serve(inp: IO[bytes], out: IO[bytes]) -> None:
     """The worker's loop: set up from the first message, then answer commands."""
-    import torch
-
     payload, threads, path = pickle.load(inp)
     sys.path[:] = path  # classes pickled by reference import as in the parent
     try:

@@ -27,6 +27,7 @@ from ..graph.kernels import KernelSource, kernel_calls, kind_of
 from ..graph.network import NetworkBuild
 from ..measure import MeasureConfig
 from ..measure.check import WrongResultError, max_relative_error
+from ..measure.metaschedule import metaschedule_session
 from ..target import make_target, target_cores, use_tvm_threads
 from .base import (
     Baseline,
@@ -34,7 +35,6 @@ from .base import (
     TuningSummary,
     count_measurements,
     mean_run_seconds,
-    metaschedule_session,
     untuned_rules,
 )
 from .isolated import IsolatedRun

@@ -18,7 +18,8 @@ from tvm.s_tir.meta_schedule.search_strategy import SearchStrategy
 
 from ..measure import MeasureConfig, as_module
 from ..measure.check import random_array
-from ..ops import OpProgram
+from ..measure.metaschedule import metaschedule_session
+from ..ops import OpProgram, generate
 from ..ops.operators import Conv, MatMul, TransposedConv
 from ..target import make_target, target_cores, use_tvm_threads
 from .base import (
@@ -27,7 +28,6 @@ from .base import (
     TuningSummary,
     count_measurements,
     mean_run_seconds,
-    metaschedule_session,
     untuned_rules,
 )
 from .isolated import IsolatedRun
@@ -189,8 +189,6 @@ def torch_function(program: OpProgram) -> Callable[..., torch.Tensor]:
 def _torch_operator_setup(spec: str, epilogue: tuple[str, ...], raw: dict[str, np.ndarray]
                           ) -> tuple[Callable[[], object], Callable[[], list[np.ndarray]]]:
     """In the worker process: the torch eager operator bound to its inputs."""
-    from ..ops import generate
-
     program = generate(spec, epilogue=epilogue)
     names = ["data", "weight"] + [s for s in epilogue if s in ("bias", "residual")]
     tensors = [torch.from_numpy(np.ascontiguousarray(raw[n])) for n in names]

@@ -7,6 +7,6 @@ the same for whole networks against MetaSchedule's ``tune_relax``. Both resume f
 output directory, so a long suite can run in chunks.
 """
 
-from .suite import BenchSuite, NetEntry, OpEntry, load_suite
+from ..suites import BenchSuite, NetEntry, OpEntry, load_suite
 
 __all__ = ["BenchSuite", "NetEntry", "OpEntry", "load_suite"]

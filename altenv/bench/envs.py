@@ -16,6 +16,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
+
+from envs.cross import ACTION_NVEC, CrossExplorationEnv
+
+from ..ops.draw import draw_workloads
+from ..suites import suite_specs
 
 
 def _masked_actions(masks: np.ndarray, nvec: Sequence[int], rng: np.random.Generator
@@ -32,14 +39,6 @@ def env_speed(n_envs: Sequence[int], steps: int, workloads: int = 64, seed: int 
     """Steps per second of ``altenv/CrossExploration-v0`` (cost-model rewards over
     ``workloads`` drawn operators) for each count in ``n_envs``: ``steps`` steps per env,
     timed after ``warmup``."""
-    from stable_baselines3.common.env_util import make_vec_env
-    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
-
-    from envs.cross import ACTION_NVEC, CrossExplorationEnv
-
-    from ..ops.draw import draw_workloads
-    from .suite import suite_specs
-
     specs = draw_workloads(workloads, seed + 1000, exclude=suite_specs())
     env_fn = functools.partial(CrossExplorationEnv, specs, reward_source="cost_model",
                                cost_model=cost_model, **env_options)

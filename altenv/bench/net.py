@@ -13,15 +13,32 @@ from __future__ import annotations
 
 import json
 import shutil
+import statistics
 import time
 from pathlib import Path
 from typing import Any
 
+from ..baselines import (
+    check_baseline,
+    compare,
+    network_baseline,
+    torch_module_baseline,
+    tune_relax_baseline,
+    tuned_relax_baseline,
+    untuned_relax_baseline,
+)
 from ..config import OTHERS_SHARE, BudgetConfig, RunConfig
+from ..graph import load_model
+from ..graph.kernels import profile_kernels
+from ..graph.network import build_network
+from ..graph.tasks import extract_tasks
 from ..measure import MeasureConfig
+from ..measure.timing import time_interleaved
+from ..pipeline import RunDir, best_schedules, tune_model
+from ..suites import BenchSuite, NetEntry
 from ..target import make_target
 from .ops import METASCHEDULE, cell_dir, cell_lock
-from .suite import BenchSuite, NetEntry
+from .profile import write_profile
 
 
 def _run_config(suite: BenchSuite, entry: NetEntry, tuner: str, seed: int, path: Path,
@@ -52,9 +69,6 @@ def _tune_net_cell(suite: BenchSuite, entry: NetEntry, tuner: str, seed: int, pa
         return json.loads(done.read_text())
     start = time.perf_counter()
     if tuner == METASCHEDULE:
-        from ..baselines import tune_relax_baseline
-        from ..graph import load_model
-
         if path.exists():
             shutil.rmtree(path)
         model = load_model(entry.model, seed=0, **entry.options)
@@ -64,8 +78,6 @@ def _tune_net_cell(suite: BenchSuite, entry: NetEntry, tuner: str, seed: int, pa
         summary = {"trials": baseline.tuning.trials, "valid": baseline.tuning.valid,
                    "tuning_seconds": time.perf_counter() - start, "history": []}
     else:
-        from ..pipeline import tune_model
-
         result = tune_model(_run_config(suite, entry, tuner, seed, path, budget, measure),
                             progress, repair)
         summary = {"trials": result.trials, "tuning_seconds": result.tuning_seconds,
@@ -81,11 +93,6 @@ def conversion_cost(network: Any, inputs: list[Any], rounds: int = 10) -> tuple[
     whose conversions do nothing (:meth:`~altenv.graph.network.NetworkBuild.without_conversions`);
     the conversions' cost is the median over rounds of the paired difference (a difference
     of two timings: within noise it can come out slightly negative)."""
-    import statistics
-
-    from ..baselines import network_baseline
-    from ..baselines.timing import time_interleaved
-
     runs = {"network": network_baseline("network", network, inputs).run,
             "without": network_baseline("without", network.without_conversions(), inputs).run}
     stats = time_interleaved(runs, rounds=rounds)
@@ -97,11 +104,6 @@ def _cell_program(suite: BenchSuite, entry: NetEntry, cell: dict[str, Any], outp
                   model: Any, inputs: list[Any]) -> tuple[Any, Any]:
     """A finished cell's network as a baseline named ``tuner#seed``, and for an altenv
     cell its :class:`~altenv.graph.network.NetworkBuild` (``None`` for MetaSchedule)."""
-    from ..baselines import network_baseline, tuned_relax_baseline
-    from ..graph.network import build_network
-    from ..graph.tasks import extract_tasks
-    from ..pipeline import RunDir, best_schedules
-
     label = f"{cell['tuner']}#{cell['seed']}"
     path = cell_dir(output, entry, cell["tuner"], cell["seed"])
     if cell["tuner"] == METASCHEDULE:
@@ -121,9 +123,6 @@ def retime_net(suite: BenchSuite, entry: NetEntry, cells: list[dict[str, Any]], 
                baselines: list[str], rounds: int = 10) -> dict[str, Any]:
     """Rebuild every finished cell's network and the baselines, check them against torch,
     time them interleaved; writes and returns ``timing.json``."""
-    from ..baselines import compare, torch_module_baseline, untuned_relax_baseline
-    from ..graph import load_model
-
     model = load_model(entry.model, seed=0, **entry.options)
     inputs = model.random_inputs(12345)
     expected = model.reference(inputs)
@@ -158,11 +157,6 @@ def profile_net(suite: BenchSuite, entry: NetEntry, cells: list[dict[str, Any]],
     all kernels interleaved (:func:`~altenv.graph.kernels.profile_kernels`); writes
     ``profile.csv`` and ``profile.png`` next to the entry's ``timing.json`` and returns the
     printed summary."""
-    from ..baselines import check_baseline
-    from ..graph import load_model
-    from ..graph.kernels import profile_kernels
-    from .profile import write_profile
-
     model = load_model(entry.model, seed=0, **entry.options)
     inputs = model.random_inputs(12345)
     expected = model.reference(inputs)

@@ -25,11 +25,26 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ..baselines import (
+    compare,
+    compiled_baseline,
+    torch_operator_baseline,
+    tune_tir_baseline,
+    tuned_tir_baseline,
+    untuned_tir_baseline,
+)
+from ..baselines.base import mean_run_seconds
+from ..costmodel import CostModel
 from ..lock import DirLock
-from ..measure import MeasureConfig
+from ..measure import MeasureConfig, create
+from ..ops import generate
+from ..pipeline.checks import make_agent
+from ..pipeline.replay import replay_best
+from ..records import RecordDB
 from ..space.loop_space import StaleRecordError
+from ..suites import BenchSuite, OpEntry
 from ..target import make_target
-from .suite import BenchSuite, OpEntry
+from ..tuning import Budget, OpTask, TuningSession, tune
 
 METASCHEDULE = "metaschedule"
 
@@ -54,12 +69,6 @@ def _tune_agent_cell(suite: BenchSuite, entry: OpEntry, tuner: str, seed: int, p
                      ) -> dict[str, Any]:
     """Tune one cell with an altenv agent; resumes from its records (no trial repeated) and
     keeps the tuning seconds of earlier attempts in ``progress.json``."""
-    from ..costmodel import CostModel
-    from ..measure import create
-    from ..pipeline.checks import make_agent
-    from ..records import RecordDB
-    from ..tuning import Budget, OpTask, TuningSession, tune
-
     path.mkdir(parents=True, exist_ok=True)
     progress_file = path / "progress.json"
     before = json.loads(progress_file.read_text())["seconds"] if progress_file.exists() else 0.0
@@ -89,8 +98,6 @@ def _tune_agent_cell(suite: BenchSuite, entry: OpEntry, tuner: str, seed: int, p
 def metaschedule_history(work_dir: Path) -> list[float]:
     """Best latency after each trial of a MetaSchedule run, from its JSON database in
     measurement order (failed trials count, at the previous best)."""
-    from ..baselines.base import mean_run_seconds
-
     best, history = math.inf, []
     record_file = work_dir / "database_tuning_record.json"
     for line in record_file.read_text().splitlines():
@@ -104,9 +111,6 @@ def _tune_metaschedule_cell(suite: BenchSuite, entry: OpEntry, seed: int, path: 
                             budget: int, measure: MeasureConfig) -> dict[str, Any]:
     """Tune one cell with MetaSchedule's ``tune_tir`` on the operator in its framework
     layout (NCHW/OIHW, padding fused); a run cut short starts over."""
-    from ..baselines import tune_tir_baseline
-    from ..ops import generate
-
     if path.exists():
         shutil.rmtree(path)
     program = generate(entry.spec, epilogue=entry.epilogue)
@@ -133,8 +137,6 @@ def _best_decodes(suite: BenchSuite, entry: OpEntry, summary: dict[str, Any], pa
                   ) -> bool:
     """Whether a finished agent cell's best still replays in this version's design space
     (otherwise the cell is set aside)."""
-    from ..pipeline.replay import replay_best
-
     try:
         replay_best(entry.spec, entry.epilogue, suite.target, summary)
     except StaleRecordError as err:
@@ -175,10 +177,6 @@ def tune_cell(suite: BenchSuite, entry: OpEntry, tuner: str, seed: int, output: 
 def _program_of(suite: BenchSuite, entry: OpEntry, summary: dict[str, Any], path: Path,
                 raw: Any, label: str) -> Any:
     """The finished cell's best program as a :class:`~altenv.baselines.Baseline`."""
-    from ..baselines import compiled_baseline, tuned_tir_baseline
-    from ..ops import generate
-    from ..pipeline.replay import replay_best
-
     if summary["tuner"] == METASCHEDULE:
         baseline = tuned_tir_baseline(generate(entry.spec, epilogue=entry.epilogue), path,
                                       target=suite.target, raw=raw)
@@ -193,9 +191,6 @@ def retime_workload(suite: BenchSuite, entry: OpEntry, cells: list[dict[str, Any
                     output: Path, baselines: list[str], rounds: int = 15) -> dict[str, Any]:
     """Rebuild every finished cell's program and the baselines, check all against torch on
     the same random inputs, time them interleaved; writes and returns ``timing.json``."""
-    from ..baselines import compare, torch_operator_baseline, untuned_tir_baseline
-    from ..ops import generate
-
     plain = generate(entry.spec, epilogue=entry.epilogue)
     raw = plain.random_inputs(12345)
     runs = []

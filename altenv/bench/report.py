@@ -5,7 +5,7 @@ Rows come from the ``timing.json`` files of ``bench ops`` / ``bench net``: one r
 its speedup over each baseline and over MetaSchedule at the same seed, and the trials it
 took to reach MetaSchedule's final tuning-time latency. A timing whose spread (interquartile
 range over median of its rounds) is above
-:data:`~altenv.baselines.timing.NOISY_SPREAD` is too spread to trust: the ``noisy``
+:data:`~altenv.measure.timing.NOISY_SPREAD` is too spread to trust: the ``noisy``
 column names the contenders of a row's numbers (its program, the baselines, MetaSchedule at
 its seed) that are, and the printed table marks them and the speedups built on them
 with ``*``.
@@ -21,12 +21,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from ..measure.timing import NOISY_SPREAD
+
 METASCHEDULE = "metaschedule"
 
 
 def _noisy(program: dict[str, Any] | None) -> bool:
-    from ..baselines.timing import NOISY_SPREAD
-
     return program is not None and program["spread"] > NOISY_SPREAD
 
 
@@ -143,8 +145,6 @@ def format_table(timings: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any
     lines.append("(speedups: geometric mean over workloads of the median over seeds; "
                  "[min, max] over workloads)")
     if any(r["noisy"] for r in rows):
-        from ..baselines.timing import NOISY_SPREAD
-
         lines.append(f"(*: a timing too spread to trust, interquartile range / median above "
                      f"{NOISY_SPREAD}, or a speedup built on one: re-time on a quieter host "
                      "with --retime; the noisy column of results.csv names them)")
@@ -171,11 +171,10 @@ def plot(timings: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]], outp
     baseline, median over seeds); ``convergence.png``: best latency vs trials per tuner
     (median over seeds), one panel per workload, when the cells have histories (operators,
     not networks)."""
-    import matplotlib
+    import matplotlib  # 0.35 s, for the plots only
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import numpy as np
 
     paths = []
     tuners = list(dict.fromkeys(r["tuner"] for r in rows))

@@ -17,9 +17,10 @@ from typing import Any
 
 from ..config import ConfigError
 from ..measure.signals import exit_on_sigint, sigint_blocked
+from ..pipeline.checks import check_device, load_user_model, make_agent
+from ..suites import BenchSuite
 from .net import profile_net, retime_net, tune_net_cell
 from .ops import retime_workload, tune_cell
-from .suite import BenchSuite
 
 # the measure fields that decide what a latency means; the rest (timeouts, workers) do not
 TIMING_FIELDS = ("number", "repeat", "min_repeat_ms", "enable_cpu_cache_flush")
@@ -48,8 +49,6 @@ def check_suite(suite: BenchSuite, entries: list[Any]) -> None:
     typed and checked, :func:`~altenv.pipeline.checks.make_agent`) and every network
     imports (:func:`~altenv.pipeline.checks.load_user_model`); a :class:`ConfigError` of
     one line otherwise."""
-    from ..pipeline.checks import check_device, load_user_model, make_agent
-
     check_device(suite.target)
     for tuner in suite.tuners:
         agent = suite.agent(tuner)

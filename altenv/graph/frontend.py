@@ -24,6 +24,7 @@ import numpy as np
 import torch
 import tvm
 from tvm import relax
+from tvm.relax.frontend.torch import from_exported_program
 
 from altenv.graph import zoo
 
@@ -162,8 +163,6 @@ def _from_factory(ref: str, input_shapes: list[tuple[int, ...]] | None,
 
 def _from_torch(name: str, module: torch.nn.Module, example: tuple[torch.Tensor, ...],
                 source_hash: str, int_high: int | None) -> ImportedModel:
-    from tvm.relax.frontend.torch import from_exported_program
-
     with torch.no_grad():
         program = torch.export.export(module, example).run_decompositions()
     try:
@@ -178,7 +177,7 @@ def _from_torch(name: str, module: torch.nn.Module, example: tuple[torch.Tensor,
 
 
 def _from_onnx(path: Path, input_shapes: list[tuple[int, ...]] | None) -> ImportedModel:
-    import onnx
+    import onnx  # with TVM's ONNX frontend 0.2 s, for ONNX models only
     from tvm.relax.frontend.onnx import from_onnx
 
     model = onnx.load(str(path))

@@ -32,6 +32,7 @@ import tvm_ffi
 from altenv.graph.kernels import KernelChain
 from altenv.graph.network import Scheduled, call_options, plan_network
 from altenv.graph.tasks import TaskGraph
+from altenv.measure.timing import time_interleaved
 from altenv.target import make_target, target_cores, use_tvm_threads
 
 
@@ -126,8 +127,6 @@ def _time(graph: TaskGraph, factors: dict[str, Mapping[str, int]],
           target: tvm.target.Target, rounds: int, seed: int) -> Choice | None:
     """Time every contender of ``task`` in the network; ``None`` when the first reads its
     operands as they are stored (nothing to weigh against its lead)."""
-    from altenv.baselines.timing import time_interleaved  # baselines import the network
-
     ways: list[list[list[str]]] = []  # contender -> call -> its options' chain keys
     chains: dict[str, list[Any]] = {}
     for cand in cands:

@@ -36,6 +36,7 @@ import tvm.ir.expr as ire
 from tvm import relax, tirx
 
 from altenv.graph.ops_match import analyze_func
+from altenv.measure.timing import time_interleaved
 from altenv.target import device_of, target_cores, use_tvm_threads
 
 CALL_TIR = "relax.call_tir"
@@ -55,7 +56,7 @@ def random_values(func: tirx.PrimFunc, rng: np.random.Generator) -> list[np.ndar
 
 
 class KernelChain:
-    """A block timer (:class:`altenv.baselines.timing.BlockTimer`) for PrimFuncs run one
+    """A block timer (:class:`altenv.measure.timing.BlockTimer`) for PrimFuncs run one
     after another on random inputs, each compiled alone for ``target``.
 
     With ``cold`` (a CPU target), every call finds all its arguments but the first (the data,
@@ -253,8 +254,6 @@ def profile_kernels(programs: Mapping[str, KernelSource], rounds: int = 5,
     ``rounds``; per program the largest share first. TVM's thread pool gets the first
     program's target's cores. For the programs whose VM is given, each kernel's time
     inside the network too (:func:`time_in_network`)."""
-    from altenv.baselines.timing import time_interleaved  # baselines import the network
-
     if programs:
         use_tvm_threads(target_cores(next(iter(programs.values())).target))
     calls = {label: kernel_calls(src.module) for label, src in programs.items()}

@@ -61,11 +61,11 @@ from altenv.graph.read_through import GUARDED, fastest_chain, staged_variants
 from altenv.graph.regen import Regenerable
 from altenv.graph.spatial import parallel_spatial, untuned_schedule
 from altenv.graph.tasks import TaskGraph
+from altenv.graph.tuned_kernel import tuned_kernel
 from altenv.layout import Layout
 from altenv.layout.convert import conversion_func
 from altenv.ops.codegen import bias_layout
 from altenv.target import make_target, target_cores
-from altenv.tuning.others import tuned_kernel
 
 log = logging.getLogger(__name__)
 

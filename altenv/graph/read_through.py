@@ -32,10 +32,12 @@ import tvm
 import tvm_ffi
 from tvm import s_tir, tirx
 from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.builder import BuilderInput
 
 from altenv.graph.kernels import KernelChain, kernel_module
 from altenv.measure.builder import PersistentBuilder
 from altenv.measure.config import DEFAULT_PRELOAD
+from altenv.measure.timing import time_interleaved
 from altenv.space.intrin import tune_context_intrins
 from altenv.target import target_cores, use_tvm_threads
 
@@ -117,8 +119,6 @@ def builds_in_time(funcs: Sequence[tirx.PrimFunc], target: tvm.target.Target) ->
     """Whether each of ``funcs`` compiles for ``target`` within :data:`BUILD_TIMEOUT`, built
     in this process's persistent worker pool (a build that hangs or crashes only costs
     its worker)."""
-    from tvm.s_tir.meta_schedule.builder import BuilderInput
-
     global _builder
     if not funcs:
         return []
@@ -137,8 +137,6 @@ def fastest_chain(chains: Mapping[str, Sequence[tirx.PrimFunc]],
                   target: tvm.target.Target, rounds: int = 5) -> tuple[str, dict[str, float]]:
     """The key of the fastest of ``chains`` (kernels run one after another, each compiled
     alone), timed interleaved on ``target``; also every chain's median seconds."""
-    from altenv.baselines.timing import time_interleaved  # baselines import the network
-
     use_tvm_threads(target_cores(target))
     stats = time_interleaved({key: KernelChain(list(chain), target, 0)
                               for key, chain in chains.items()},

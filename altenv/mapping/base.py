@@ -226,7 +226,7 @@ class Mapping:
 
 
 def _dims_of(mapping: Mapping) -> tuple[str, ...]:
-    from .intrinsics import INTRINSICS
+    from .intrinsics import INTRINSICS  # which builds its table from this module
 
     intrin = INTRINSICS.get(mapping.intrinsic)
     return intrin.dim_names if intrin else tuple(f"d{k}" for k in range(len(mapping.groups)))

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import tvm
+from tvm.target.codegen import target_has_features
 
 from ..layout import Layout
 from ..ops import operator_for, parse_workload
@@ -31,8 +32,6 @@ MAPPING_GENERATORS = ("amos", "cp_embedding")
 def select_intrinsic(target: tvm.target.Target) -> Intrinsic:
     """The best x86 int8 dot product the target's CPU has (VNNI, else AVX2; TVM's
     saturating AVX-512BW one only when named explicitly)."""
-    from tvm.target.codegen import target_has_features
-
     if target.kind.name != "llvm":
         raise ValueError(f"mapping: no intrinsic implemented for {target.kind.name} targets "
                          "(x86 dot products only; CUDA Tensor Cores are not implemented)")

@@ -19,6 +19,7 @@ from tvm.ir import IRModule
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder
 from tvm.s_tir.meta_schedule.builder.local_builder import default_export
+from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 from tvm.support.popen_pool import StatusKind
 from tvm.target import Target
 
@@ -35,8 +36,6 @@ def build_and_export(mod: IRModule, target: Target) -> tuple[str, float]:
     """Worker function: compile ``mod`` for ``target``, export a tarball; returns
     ``(artifact_path, build_seconds)``. Mirrors MetaSchedule's ``default_build`` without
     its per-build ``tensor_intrin`` import (built modules no longer need the registry)."""
-    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
-
     start = time.perf_counter()
     mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
     artifact = default_export(tvm.driver.build(mod, target=target))

@@ -22,6 +22,7 @@ from tvm.sym.analyzer import Analyzer
 from ..layout import Layout
 from ..layout.convert import conversion_stage
 from ..layout.primitives import Reorder, Split, StoreAt
+from ..target import make_target
 from .operators import Operator, operator_for
 from .workload import Workload, parse_workload
 
@@ -282,8 +283,6 @@ def run_numpy(program: OpProgram, raw: Mapping[str, np.ndarray],
               func: tvm.tirx.PrimFunc | tvm.IRModule | None = None) -> np.ndarray:
     """Compile ``func`` (default: the untransformed program) and run it on framework inputs;
     returns the logical output (for correctness checks)."""
-    from ..target import make_target
-
     tgt = make_target(target)
     dev = tvm.cpu(0) if tgt.kind.name == "llvm" else tvm.device(tgt.kind.name, 0)
     lib = tvm.compile(func if func is not None else program.func, target=tgt)

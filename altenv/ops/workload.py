@@ -113,7 +113,8 @@ def parse_workload(spec: str | Workload) -> Workload:
     if bad:
         raise ValueError(f"workload {spec!r}: {', '.join(bad)} must be positive; {hint}")
     wl = Workload(kind, params, dtype)
-    from .operators import operator_for  # shape checks live with the operator definitions
+    # shape checks live with the operator definitions, which import this module
+    from .operators import operator_for
 
     operator_for(wl)
     return wl

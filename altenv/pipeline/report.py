@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..baselines.timing import NOISY_SPREAD
+from ..measure.timing import NOISY_SPREAD
 
 
 @dataclass
@@ -25,7 +25,7 @@ class RunResult:
 
 def speedups(timings: dict[str, dict[str, Any]]) -> dict[str, float]:
     """altenv's speedup over each other contender of ``timings`` (median over median);
-    where either is ``noisy`` (:data:`~altenv.baselines.timing.NOISY_SPREAD`) the ratio is
+    where either is ``noisy`` (:data:`~altenv.measure.timing.NOISY_SPREAD`) the ratio is
     not to be trusted (:func:`timing_table` marks it)."""
     ours = timings["altenv"]["median_s"]
     return {name: t["median_s"] / ours for name, t in timings.items() if name != "altenv"}

@@ -28,11 +28,23 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
+import agents
+from envs.cross import CrossExplorationEnv
+
+from .. import pretrained
 from ..config import ConfigError, TrainConfig
 from ..costmodel import CostModel
+from ..graph.network import plan_network
+from ..graph.tasks import extract_tasks
+from ..measure import create
 from ..records import RecordDB
+from ..suites import suite_specs
 from ..target import make_target
+from ..training import fit_cost_model, measure_corpus, ranking_report, record_examples
 from ..tuning import Budget, OpTask, TuningSession, tune
 from .checks import check_run, load_user_model, op_task
 from .rundir import RunDir
@@ -42,9 +54,6 @@ from .tensorboard import TensorBoardLog
 def model_tasks(cfg: TrainConfig, source: str) -> list[OpTask]:
     """The complex tasks of a model that a run would tune (one per operator and epilogue);
     a model that does not import is a :class:`ConfigError` of one line."""
-    from ..graph.network import plan_network
-    from ..graph.tasks import extract_tasks
-
     graph = extract_tasks(load_user_model(source, cfg.model_options, cfg.seed))
     plan = plan_network(graph)
     tasks = dict.fromkeys((low.spec, tuple(low.epilogue)) for low in plan.lowerings.values())
@@ -70,10 +79,6 @@ class _State:
 
 def _corpus(cfg: TrainConfig, state: _State, specs: list[str], progress: bool) -> CostModel:
     """Stage 1: measure the corpus, fit the cost model, report its held-out ranking."""
-    import agents
-
-    from ..training import fit_cost_model, measure_corpus, ranking_report, record_examples
-
     corpus = cfg.corpus
     assert corpus is not None
     run_dir = RunDir(cfg.run_dir)
@@ -108,14 +113,6 @@ def _corpus(cfg: TrainConfig, state: _State, specs: list[str], progress: bool) -
 def _pretrain(cfg: TrainConfig, state: _State, agent: Any, cost_model: Path) -> None:
     """Stage 2: the policy on cost-model rewards across drawn workloads, on parallel envs;
     the checkpoint and the state are saved every few updates, so a killed run resumes."""
-    from stable_baselines3.common.callbacks import BaseCallback
-    from stable_baselines3.common.env_util import make_vec_env
-    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
-
-    from envs.cross import CrossExplorationEnv
-
-    from ..bench.suite import suite_specs
-
     pre = cfg.pretrain
     assert pre is not None
     done = state["pretrain_steps"] or 0
@@ -167,8 +164,6 @@ def _workloads(cfg: TrainConfig, state: _State, agent: Any, cost_model: CostMode
     """Stage 3: measured tuning of each workload and model task in turn."""
     if not tasks:
         return
-    from ..measure import create
-
     budget = Budget(cfg.budget.joint, cfg.budget.loop_only)
     shared = CostModel(seed=cfg.seed, base=cost_model) if cost_model is not None \
         else CostModel(seed=cfg.seed)
@@ -212,8 +207,6 @@ def _cpu_name() -> str:
 def write_card(cfg: TrainConfig, state: _State, checkpoint: Path, command: str
                ) -> dict[str, Any]:
     """``card.json`` and ``CARD.md`` beside the checkpoint's files."""
-    from .. import pretrained
-
     target = make_target(cfg.target)
     files = sorted(p.name for p in checkpoint.iterdir()
                    if p.is_file() and p.name not in (pretrained.CARD, "CARD.md"))
@@ -295,8 +288,6 @@ def train(cfg: TrainConfig, progress: bool = True, repair: bool = False,
     with run_dir.open(cfg, repair) as db:
         state = _State(run_dir.train_state)
         if cfg.corpus is not None:
-            from ..bench.suite import suite_specs
-
             state["corpus_workloads"] = cfg.corpus.draw.draw(suite_specs())
             cost_model = _corpus(cfg, state, state["corpus_workloads"], progress)
             agent.use_cost_model(cost_model)

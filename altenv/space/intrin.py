@@ -20,6 +20,7 @@ from collections.abc import Iterator
 
 import tvm
 import tvm.s_tir
+from tvm.s_tir import TensorIntrin
 
 _PACKAGE = "tvm.s_tir.tensor_intrin"
 
@@ -80,11 +81,9 @@ def ensure_registered(name: str) -> None:
     """Register tensor intrinsic ``name`` if it is not yet: altenv's AVX2 and VNNI dot
     products by importing their modules, TVM's x86 ones (``dot_16x4_avx512``, ...) by
     loading only the x86 family."""
-    from tvm.s_tir import TensorIntrin
-
     if TensorIntrin.get(name, allow_missing=True) is not None:
         return
-    from .avx2 import AVX2_DOT_8x4_INTRIN
+    from .avx2 import AVX2_DOT_8x4_INTRIN  # importing registers it: only when asked
     from .vnni import VNNI_DOT_16x4_INTRIN
 
     if name not in (AVX2_DOT_8x4_INTRIN, VNNI_DOT_16x4_INTRIN):

@@ -10,15 +10,34 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from tqdm.auto import tqdm
 
 from .budget import Budget
 from .session import TuningSession
+from .task import Candidate, Factors
 
-if TYPE_CHECKING:
-    from agents.base import Agent
+
+class Agent(Protocol):
+    """What the tuning loop asks of a search strategy. :class:`agents.base.Agent`
+    implements it; the protocol lives here, below the agents, so that tuning never imports
+    them."""
+
+    def run(self, session: TuningSession, budget: Budget, batch: int, top_k: int,
+            report: Callable[[TuningSession], None]) -> None:
+        """Tune until the budget is spent, calling ``report(session)`` after measuring."""
+
+    def propose(self, session: TuningSession, n: int, layout: Factors | None
+                ) -> list[Candidate]:
+        """A batch of up to ``n`` candidates (``layout``: fixed, in the loop-only stage)."""
+
+    def choose(self, session: TuningSession, candidates: Sequence[Candidate], k: int
+               ) -> list[Candidate]:
+        """Which ``k`` of a proposed batch to measure."""
+
+    def observe(self, candidates: Sequence[Candidate], latencies: Sequence[float]) -> None:
+        """Measured median latencies (s, ``inf`` for failures) of proposed candidates."""
 
 
 def tune(session: TuningSession, agent: Agent, budget: Budget, batch: int = 128,

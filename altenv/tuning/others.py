@@ -10,32 +10,25 @@ them, measured), so the first are tuned here; on other targets all three.
 evolutionary search and XGBoost model, the task scheduler spreading the trials by call
 count and latency) for a share of the run's budget, as ``tune_relax`` does for every task
 of a network. Its records go to a MetaSchedule JSON database in the run directory, so a
-run cut short continues from them.
-
-:func:`tuned_kernel` reads a kernel's best schedule back at build time, checked against the
-unscheduled kernel on random inputs: a tuned kernel that computes other numbers is not
-used (the build falls back to its default schedule, with a warning).
+run cut short continues from them. The build reads each kernel's best schedule back from it
+(:func:`altenv.graph.tuned_kernel.tuned_kernel`).
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from pathlib import Path
 
-import numpy as np
 import tvm
 from tvm import tirx
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.logging import get_loggers_from_work_dir
 from tvm.s_tir.meta_schedule.utils import fork_seed
 
-from ..graph.kernels import kernel_module, random_values
+from ..graph.kernels import kernel_module
 from ..measure import MeasureConfig
-from ..measure.check import max_relative_error
-from ..target import device_of, target_cores
-
-log = logging.getLogger(__name__)
+from ..measure.metaschedule import metaschedule_session
+from ..target import target_cores
 
 #: Candidates MetaSchedule measures per search iteration (its default, 64, would spend a
 #: small budget on one or two kernels).
@@ -54,8 +47,6 @@ def tune_others(kernels: Mapping[str, tuple[tirx.PrimFunc, int]], trials: int,
     """Tune ``kernels`` (name -> unscheduled PrimFunc and its call count) with MetaSchedule
     until the database in ``work_dir`` holds ``trials`` records in all (a resumed run adds
     only what is missing); returns the records it holds."""
-    from ..baselines.base import metaschedule_session  # baselines import the network
-
     database = open_database(work_dir)
     done = len(database.get_all_tuning_records())
     left = trials - done
@@ -76,34 +67,3 @@ def tune_others(kernels: Mapping[str, tuple[tirx.PrimFunc, int]], trials: int,
                       num_trials_per_iter=min(TRIALS_PER_ITER, left), builder=builder,
                       runner=runner, database=database)
     return len(database.get_all_tuning_records())
-
-
-def tuned_kernel(database: ms.database.Database, func: tirx.PrimFunc,
-                 target: tvm.target.Target) -> tirx.PrimFunc | None:
-    """``func`` with its best schedule from ``database``, or ``None`` when it has none or
-    the scheduled kernel's outputs differ from ``func``'s on random inputs."""
-    sch = database.query_schedule(kernel_module(func), target, workload_name="main")
-    if sch is None:
-        return None
-    scheduled = sch.mod["main"].without_attr("global_symbol")
-    err = _difference(func, scheduled, target)
-    if not err <= 1e-5:
-        log.warning("a tuned kernel computes other results than its program (relative error "
-                    "%.3g); default schedule", err)
-        return None
-    return scheduled
-
-
-def _difference(reference: tirx.PrimFunc, candidate: tirx.PrimFunc,
-                target: tvm.target.Target) -> float:
-    """Largest relative error between the buffers of the two kernels after running both on
-    the same random inputs (:func:`~altenv.graph.kernels.random_values`)."""
-    dev = device_of(target)
-    values = random_values(reference, np.random.default_rng(0))
-    results = []
-    for func in (reference, candidate):
-        lib = tvm.compile(kernel_module(func), target=target)
-        args = [tvm.runtime.tensor(v, dev) for v in values]
-        lib["main"](*args)
-        results.append([a.numpy() for a in args])
-    return max((max_relative_error(c, r) for r, c in zip(*results)), default=0.0)

@@ -1,5 +1,8 @@
 """Benchmark suites: YAML files in ``configs/bench/`` validated by typed models.
 
+``altenv bench`` runs them; ``altenv train`` reads them too, to never train on a workload a
+suite measures (:func:`suite_specs`), so they sit beside the run configs, below both.
+
 An operator suite lists workloads (a spec and an epilogue); a network suite lists models
 (a zoo name, ONNX file or ``file.py:factory`` with loader options). Both name their
 default budget, tuners and baselines, which the command line may override. A tuner is
@@ -16,11 +19,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..config import AgentConfig, ConfigError, DirName, TargetSpec, load_config
-from ..measure import MeasureConfig
-from ..ops import parse_workload
+import agents
 
-SUITE_DIR = Path(__file__).resolve().parents[2] / "configs" / "bench"
+from .config import AgentConfig, ConfigError, DirName, TargetSpec, load_config
+from .measure import MeasureConfig
+from .ops import parse_workload
+
+SUITE_DIR = Path(__file__).resolve().parents[1] / "configs" / "bench"
 """Where ``--suite NAME`` looks for ``NAME.yaml``."""
 
 OP_BASELINES = ("tvm-default", "torch")
@@ -76,8 +81,6 @@ class BenchSuite(_Strict):
     @field_validator("agents")
     @classmethod
     def _labels(cls, value: dict[str, AgentConfig]) -> dict[str, AgentConfig]:
-        import agents
-
         for label in value:
             if not re.fullmatch(r"[A-Za-z0-9_-]+", label):
                 raise ValueError(f"label {label!r}: letters, digits, '_' and '-' only")
@@ -87,8 +90,6 @@ class BenchSuite(_Strict):
 
     @model_validator(mode="after")
     def _tuners(self) -> BenchSuite:
-        import agents
-
         allowed = sorted({*BUILTIN_TUNERS, *agents.available(), *self.agents})
         for name in self.tuners:
             if name not in allowed and ":" not in name:

@@ -1,5 +1,9 @@
 """Side-by-side timing: callables are run interleaved (A B C A B C ...) so that load changes on
-a shared machine hit every contender alike; each gets a median and a spread."""
+a shared machine hit every contender alike; each gets a median and a spread.
+
+Every comparison times this way: the baselines against altenv, a network's layout choices
+(:mod:`altenv.graph.in_network`, :mod:`altenv.graph.read_through`) and its kernels alone
+(:mod:`altenv.graph.kernels`), so it lives below all of them."""
 
 from __future__ import annotations
 
