@@ -14,7 +14,6 @@ import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
-    ConfigDict,
     Field,
     ValidationError,
     ValidationInfo,
@@ -27,9 +26,11 @@ import agents
 from .errors import UserError
 from .mapping.space import check_generator
 from .measure import MeasureConfig
-from .ops import KINDS, parse_workload
+from .ops import KINDS, Epilogue, parse_workload
 from .ops.draw import draw_workloads
+from .strict import Strict
 from .target import check_target
+from .tuning.budget import Budget
 
 
 class ConfigError(UserError, ValueError):
@@ -57,10 +58,6 @@ def _target(value: str | dict[str, Any]) -> str | dict[str, Any]:
 
 TargetSpec = Annotated[str | dict[str, Any], AfterValidator(_target)]
 """``cpu`` (this host), ``cuda``, or a TVM target dict (:func:`altenv.target.make_target`)."""
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class BudgetConfig(Strict):
@@ -99,13 +96,18 @@ class BudgetConfig(Strict):
     def total(self) -> int:
         return self.searched + self.others
 
+    @property
+    def stages(self) -> Budget:
+        """The joint and loop-only stages, as the tuning loop takes them."""
+        return Budget(self.joint, self.loop_only)
+
     @classmethod
     def split(cls, total: int, others_share: float = 0.0) -> BudgetConfig:
-        """``total`` trials: ``others_share`` of them for the other kernels, the rest 30:70
-        between the joint and loop-only stages (ALT §7)."""
+        """``total`` trials: ``others_share`` of them for the other kernels, the rest split
+        between the joint and loop-only stages as :meth:`Budget.split` splits them."""
         others = round(total * others_share)
-        joint = round((total - others) * 0.3)
-        return cls(joint=joint, loop_only=total - others - joint, others=others)
+        stages = Budget.split(total - others)
+        return cls(joint=stages.joint, loop_only=stages.loop_only, others=others)
 
 
 #: The share of a model run's budget that ``altenv tune --budget N`` and ``altenv bench net``
@@ -186,7 +188,7 @@ class _Run(Strict):
     """What every run shares: where it goes, the target, budget, agent and measurement."""
 
     name: DirName
-    epilogue: list[Literal["bias", "residual", "relu", "relu6"]] = Field(default_factory=list)
+    epilogue: list[Epilogue] = Field(default_factory=list)
     target: TargetSpec = "cpu"
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
     agent: AgentConfig = Field(default_factory=AgentConfig)

@@ -35,6 +35,7 @@ from altenv.graph.build import max_rel_err
 from altenv.graph.frontend import ImportedModel, load_saved_model
 from altenv.graph.network import NetworkBuild, ReadThrough, Scheduled, build_network
 from altenv.graph.tasks import extract_tasks
+from altenv.ops import EPILOGUE_INPUTS
 from altenv.pipeline.replay import best_schedules, replay_best
 from altenv.pipeline.rundir import RunDir
 from altenv.target import make_target
@@ -235,8 +236,8 @@ def _export_operator(output: Path, task: OpTask, factors: Factors, schedule: Sch
     program = task.program(factors)
     output.mkdir(parents=True, exist_ok=True)
     tvm.compile(schedule.mod, make_target(target)).export_library(str(output / MODEL_FILE))
-    shapes = {name: (list(lay.shape), str(program.op.out_dtype if name in ("out", "bias",
-              "residual") else program.op.input_dtype(name)))
+    shapes = {name: (list(lay.shape), str(program.op.out_dtype if name in ("out", *EPILOGUE_INPUTS)
+                                          else program.op.input_dtype(name)))
               for name, lay in program.layouts.items()}
     manifest = {"workload": task.key, "target": str(make_target(target)),
                 "function": "main", "arguments": [

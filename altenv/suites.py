@@ -17,13 +17,14 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 import agents
 
 from .config import AgentConfig, ConfigError, DirName, TargetSpec, load_config
 from .measure import MeasureConfig
-from .ops import parse_workload
+from .ops import Epilogue, parse_workload
+from .strict import Strict
 
 SUITE_DIR = Path(__file__).resolve().parents[1] / "configs" / "bench"
 """Where ``--suite NAME`` looks for ``NAME.yaml``."""
@@ -34,16 +35,12 @@ BUILTIN_TUNERS = ("altenv", "metaschedule")
 """Tuners with a meaning of their own; any other name is a registered agent."""
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class OpEntry(_Strict):
+class OpEntry(Strict):
     """One operator workload: ``name`` (a short label), ``spec`` and fused ``epilogue``."""
 
     name: DirName
     spec: str
-    epilogue: list[Literal["bias", "residual", "relu", "relu6"]] = Field(default_factory=list)
+    epilogue: list[Epilogue] = Field(default_factory=list)
     note: str = ""
 
     @field_validator("spec")
@@ -52,7 +49,7 @@ class OpEntry(_Strict):
         return str(parse_workload(value))
 
 
-class NetEntry(_Strict):
+class NetEntry(Strict):
     """One network: ``model`` as ``altenv tune`` takes it, ``options`` for its loader."""
 
     name: DirName
@@ -61,7 +58,7 @@ class NetEntry(_Strict):
     note: str = ""
 
 
-class BenchSuite(_Strict):
+class BenchSuite(Strict):
     """A benchmark suite (``configs/bench/*.yaml``)."""
 
     name: DirName

@@ -6,9 +6,10 @@ them and trains the cost model. It also turns latencies into rewards and tracks 
 program the env found. :class:`TuningEnv` is the base class of the envs: it exposes
 that best program on ``env.unwrapped``.
 
-Observation helpers: :func:`layout_observation` (ALT §5.2.1's layout state, normalized to
-a fixed length per template kind) and :func:`feature_summary` (MetaSchedule per-store
-program features, reduced to a fixed length).
+The layout actor's state and actions are the template's own
+(:class:`~altenv.ops.templates.Template`: ``observation``, ``action_nvec``,
+``factors_from_indices``, ``action_mask``); :func:`feature_summary` reduces MetaSchedule's
+per-store program features to a fixed length.
 """
 
 from __future__ import annotations
@@ -28,10 +29,8 @@ from tvm.s_tir import Schedule
 from altenv import pretrained
 from altenv.costmodel import FEATURE_LENGTH, CostModel, extract_features
 from altenv.layout import Layout
-from altenv.layout.primitives import Reorder, Split, Unfold
-from altenv.mapping import MappingTemplate
 from altenv.measure import MeasureConfig, Measurer, create
-from altenv.ops import LayoutTemplate, divisors
+from altenv.ops.templates import Template
 from altenv.records import RecordDB
 from altenv.space import LoopPoint, LoopSpace
 from altenv.tuning import Candidate, OpTask, TuningSession, freeze
@@ -78,7 +77,7 @@ def make_task(workload: str | OpTask | None, target: Any, epilogue: Sequence[str
     return OpTask(workload, target=target, epilogue=epilogue, levels=levels, mapping=mapping)
 
 
-def as_factors(template: LayoutTemplate, layout: Mapping[str, int] | Factors | None) -> Factors:
+def as_factors(template: Template, layout: Mapping[str, int] | Factors | None) -> Factors:
     """Template factors from a mapping or frozen factors (``None``: the template default)."""
     factors = template.default_factors() if layout is None else dict(layout)
     template.check(factors)
@@ -285,53 +284,6 @@ class TuningEnv(gym.Env):
 
 
 # ---------------------------------------------------------------------- observations
-def tensor_state(layout: Layout, slots: int) -> np.ndarray:
-    """ALT §5.2.1 state of one tensor at a fixed length: for each logical dim, the parts
-    its split/unfold primitives made (outer first, innermost last; an untouched dim is
-    ``[D, 1, ...]``), ``slots`` entries, each ``log(part) / log(D)``. Reorders are fixed
-    by the template and carry no state."""
-    parts = [[n] for n in layout.logical_shape]
-    where = [(d, 0) for d in range(len(parts))]  # physical dim -> (logical dim, part)
-    for prim in layout.primitives:
-        if isinstance(prim, Reorder):
-            where = [where[i] for i in prim.perm]
-            continue
-        if isinstance(prim, Split):
-            new = list(prim.factors)
-        elif isinstance(prim, Unfold):
-            new = [prim.tiles, prim.tile]
-        else:
-            raise ValueError(f"layout state: {prim.name} is not a template primitive")
-        d, j = where[prim.dim]
-        parts[d][j:j + 1] = new
-        where = [(e, k + len(new) - 1 if e == d and k > j else k) for e, k in where]
-        where[prim.dim:prim.dim + 1] = [(d, j + i) for i in range(len(new))]
-    state = []
-    for extent, p in zip(layout.logical_shape, parts):
-        if len(p) > slots:
-            raise ValueError(f"layout state: a dim split into {len(p)} parts, {slots} slots")
-        scale = math.log(extent) if extent > 1 else 1.0
-        state += [math.log(v) / scale for v in [p[0]] + [1] * (slots - len(p)) + p[1:]]
-    return np.clip(np.asarray(state, dtype=np.float32), 0.0, 1.0)
-
-
-def layout_observation(template: LayoutTemplate | MappingTemplate, factors: Mapping[str, int]
-                       ) -> np.ndarray:
-    """The layout actor's state: per knob ``log(factor) / log(extent)`` and
-    ``log2(extent) / 16`` (the shape, so a policy can transfer across workloads), then
-    :func:`tensor_state` of every tensor of the operator (sorted by name). With an
-    intrinsic mapping as the layout choice: :meth:`MappingTemplate.observation`."""
-    if isinstance(template, MappingTemplate):
-        return template.observation(factors)
-    knobs = template.knobs
-    chosen = [math.log(factors[k.name]) / math.log(k.extent) if k.extent > 1 else 0.0
-              for k in knobs]
-    shape = [min(math.log2(k.extent) / 16.0, 1.0) for k in knobs]
-    layouts = template.layouts(factors)
-    tensors = [tensor_state(layouts[name], 1 + template.levels) for name in sorted(layouts)]
-    return np.concatenate([np.asarray(chosen + shape, dtype=np.float32), *tensors])
-
-
 def feature_summary(features: np.ndarray) -> np.ndarray:
     """Mean and max over stores of one program's per-store features, in [0, 1]
     (length ``2 * FEATURES``)."""
@@ -339,30 +291,3 @@ def feature_summary(features: np.ndarray) -> np.ndarray:
         return np.zeros(2 * FEATURES, dtype=np.float32)
     summary = np.concatenate([features.mean(axis=0), features.max(axis=0)]) / FEATURE_SCALE
     return np.clip(summary, 0.0, 1.0).astype(np.float32)
-
-
-# ---------------------------------------------------------------------- layout actions
-def divisor_nvec(template: LayoutTemplate | MappingTemplate) -> np.ndarray:
-    """``nvec`` of the discrete layout action: every knob gets the longest divisor list
-    (a mapping knob: the number of mappings)."""
-    if isinstance(template, MappingTemplate):
-        return template.action_nvec()
-    longest = max(len(divisors(k.extent)) for k in template.knobs)
-    return np.full(len(template.knobs), longest, dtype=np.int64)
-
-
-def factors_from_indices(template: LayoutTemplate | MappingTemplate, indices: Sequence[int]
-                         ) -> dict[str, int]:
-    """Discrete layout action: index ``i`` picks the ``i``-th divisor (clipped to the last)
-    of what the knob's dim has left (multi-level knobs divide the outer levels' rest); a
-    mapping knob's index picks the mapping."""
-    if isinstance(template, MappingTemplate):
-        return template.factors_from_indices(indices)
-    out: dict[str, int] = {}
-    left: dict[str, int] = {}
-    for knob, i in zip(template.knobs, indices, strict=True):
-        key = knob.name.rstrip("0123456789")
-        choices = divisors(left.get(key, knob.extent))
-        out[knob.name] = choices[min(int(i), len(choices) - 1)]
-        left[key] = left.get(key, knob.extent) // out[knob.name]
-    return out

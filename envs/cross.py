@@ -12,10 +12,10 @@ import numpy as np
 from gymnasium import spaces
 
 from altenv.costmodel import CostModel
-from altenv.mapping import MappingTemplate
 from altenv.measure import Measurer
 from altenv.ops import LayoutTemplate, divisors
 from altenv.ops.features import WORKLOAD_FEATURES, workload_features
+from altenv.ops.templates import Template
 from altenv.space import LoopPoint, LoopSpace
 from altenv.tuning import Candidate, OpTask, TuningSession, freeze
 from altenv.tuning.task import Factors
@@ -62,9 +62,9 @@ def bin_choices(extent: int) -> list[int | None]:
     return choices
 
 
-def check_template(template: LayoutTemplate | MappingTemplate) -> None:
+def check_template(template: Template) -> None:
     """Refuse templates the layout heads cannot express."""
-    if isinstance(template, MappingTemplate):
+    if template.tensor_intrin is not None:
         raise ValueError("CrossExploration-v0 tunes layout templates; intrinsic mappings "
                          "(mapping=...) are tuned with altenv/JointTuning-v0")
     unknown = [k.name for k in template.knobs if k.name not in SLOTS]

@@ -11,9 +11,7 @@ import numpy as np
 from gymnasium import spaces
 
 from altenv.costmodel import CostModel
-from altenv.mapping import MappingTemplate
 from altenv.measure import Measurer
-from altenv.ops import divisors
 from altenv.space import LoopPoint, LoopSpace
 from altenv.space.constraints import Hardware, LayoutConstraints
 from altenv.tuning import Candidate, OpTask, TuningSession, freeze
@@ -23,10 +21,7 @@ from .common import (
     WORST_REWARD,
     Backend,
     TuningEnv,
-    divisor_nvec,
-    factors_from_indices,
     finite_action,
-    layout_observation,
     make_task,
 )
 
@@ -148,8 +143,8 @@ class LayoutTuningEnv(TuningEnv):
         n = len(self.template.knobs)
         self.action_space = (spaces.Box(0.0, 1.0, (n,), dtype=np.float32)
                              if action_type == "continuous" else
-                             spaces.MultiDiscrete(divisor_nvec(self.template)))
-        size = len(layout_observation(self.template, dict(task.default_factors())))
+                             spaces.MultiDiscrete(self.template.action_nvec()))
+        size = len(self.template.observation(dict(task.default_factors())))
         self.observation_space = spaces.Box(0.0, 1.0, (size,), dtype=np.float32)
         self.factors: Factors = task.default_factors()
         self._t = 0
@@ -160,21 +155,13 @@ class LayoutTuningEnv(TuningEnv):
         action = finite_action(action)
         if self.action_type == "continuous":
             return freeze(self.template.factors_from_actions(action))
-        return freeze(factors_from_indices(self.template, action.astype(np.int64)))
+        return freeze(self.template.factors_from_indices(action.astype(np.int64)))
 
     def action_masks(self) -> np.ndarray:
         """Flat bool mask of the discrete layout action (sb3-contrib's ``MaskablePPO``)."""
         if self.action_type != "discrete":
             raise ValueError("action masks need action_type='discrete'")
-        if isinstance(self.template, MappingTemplate):  # every mapping index is legal
-            return np.ones(int(self.action_space.nvec.sum()), dtype=bool)
-        masks = []
-        for knob, n in zip(self.template.knobs, self.action_space.nvec):
-            choices = divisors(knob.extent)
-            legal = self.layout_constraints.knob_values(knob.name) if knob.level == 0 \
-                else set(choices)
-            masks.append([i < len(choices) and choices[i] in legal for i in range(int(n))])
-        return np.concatenate(masks).astype(bool)
+        return self.template.action_mask(self.layout_constraints.knob_values)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[np.ndarray, dict[str, Any]]:
@@ -187,7 +174,7 @@ class LayoutTuningEnv(TuningEnv):
             self.backend.calibrate(latency)
             info["latency"] = latency
         self._last = info
-        return layout_observation(self.template, dict(self.factors)), info
+        return self.template.observation(dict(self.factors)), info
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         self.factors = self.factors_of(action)
@@ -202,7 +189,7 @@ class LayoutTuningEnv(TuningEnv):
             info["score"] = value
         info["reward"] = reward
         self._last = info
-        obs = layout_observation(self.template, dict(self.factors))
+        obs = self.template.observation(dict(self.factors))
         return obs, float(reward), False, self._t >= self.episode_length, info
 
     def render(self) -> str | None:

@@ -16,9 +16,9 @@ from stable_baselines3.common.env_checker import check_env as sb3_check_env
 import envs
 from altenv.costmodel import CostModel, extract_features
 from altenv.layout import Layout
+from altenv.layout.state import tensor_state
 from altenv.ops import run_numpy
 from altenv.tuning import OpTask
-from envs.common import factors_from_indices, layout_observation, tensor_state
 from envs.wrappers import PaddedLoop
 
 GMM = "gmm:M=16,N=16,K=16"
@@ -131,11 +131,11 @@ def test_layout_state_is_alts_primitive_state():
 def test_layout_observation_fixed_length_per_kind(tasks):
     template = tasks[C2D].template
     rng = np.random.default_rng(1)
-    sizes = {len(layout_observation(template, dict(tasks[C2D].random_factors(rng))))
+    sizes = {len(template.observation(dict(tasks[C2D].random_factors(rng))))
              for _ in range(6)}
-    assert sizes == {len(layout_observation(template, template.default_factors()))}
+    assert sizes == {len(template.observation(template.default_factors()))}
     other = OpTask("c2d:N=1,I=16,O=32,H=14,W=14,KH=1,KW=1").template
-    assert len(layout_observation(other, other.default_factors())) == sizes.pop()
+    assert len(other.observation(other.default_factors())) == sizes.pop()
 
 
 def test_discrete_layout_actions():
@@ -143,11 +143,11 @@ def test_discrete_layout_actions():
     template = task.template
     env = envs.LayoutTuningEnv(task, reward_source="cost_model", action_type="discrete")
     assert env.action_space.nvec.tolist() == [6, 6, 6]
-    assert factors_from_indices(template, [0, 5, 5]) == {"mt": 1, "nt": 12, "kt": 7}
-    assert factors_from_indices(template, [2, 1, 1]) == {"mt": 4, "nt": 2, "kt": 7}
+    assert template.factors_from_indices([0, 5, 5]) == {"mt": 1, "nt": 12, "kt": 7}
+    assert template.factors_from_indices([2, 1, 1]) == {"mt": 4, "nt": 2, "kt": 7}
     two = OpTask("c2d:N=1,I=8,O=16,H=8,W=8,KH=3,KW=3,pad=1", levels=2).template
     indices = [len(two.knobs)] * len(two.knobs)  # past every list: the largest divisor
-    factors = factors_from_indices(two, indices)
+    factors = two.factors_from_indices(indices)
     two.check(factors)
     assert factors["ot"] == 16 and factors["ot1"] == 1  # the outer level gets what is left
 

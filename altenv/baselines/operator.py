@@ -19,7 +19,7 @@ from tvm.s_tir.meta_schedule.search_strategy import SearchStrategy
 from ..measure import MeasureConfig, as_module
 from ..measure.check import random_array
 from ..measure.metaschedule import metaschedule_session
-from ..ops import OpProgram, generate
+from ..ops import EPILOGUE_INPUTS, OpProgram, generate
 from ..ops.operators import Conv, MatMul, TransposedConv
 from ..target import make_target, target_cores, use_tvm_threads
 from .base import (
@@ -190,7 +190,7 @@ def _torch_operator_setup(spec: str, epilogue: tuple[str, ...], raw: dict[str, n
                           ) -> tuple[Callable[[], object], Callable[[], list[np.ndarray]]]:
     """In the worker process: the torch eager operator bound to its inputs."""
     program = generate(spec, epilogue=epilogue)
-    names = ["data", "weight"] + [s for s in epilogue if s in ("bias", "residual")]
+    names = ["data", "weight"] + [s for s in epilogue if s in EPILOGUE_INPUTS]
     tensors = [torch.from_numpy(np.ascontiguousarray(raw[n])) for n in names]
     fn = torch_function(program)
     result: list[torch.Tensor] = []

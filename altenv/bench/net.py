@@ -33,7 +33,7 @@ from ..graph.kernels import profile_kernels
 from ..graph.network import build_network
 from ..graph.tasks import extract_tasks
 from ..measure import MeasureConfig
-from ..measure.timing import time_interleaved
+from ..measure.timing import summaries, time_interleaved
 from ..pipeline import RunDir, best_schedules, tune_model
 from ..suites import BenchSuite, NetEntry
 from ..target import make_target
@@ -142,7 +142,7 @@ def retime_net(suite: BenchSuite, entry: NetEntry, cells: list[dict[str, Any]], 
     stats = compare(runs, expected, rtol=1e-4, rounds=rounds)
     timing = {"workload": entry.name, "model": entry.model, "options": entry.options,
               "budget": cells[0]["budget"], "target": str(make_target(suite.target)),
-              "programs": {name: st.summary() for name, st in stats.items()},
+              "programs": summaries(stats),
               "cells": {f"{c['tuner']}#{c['seed']}": {
                   "tuner": c["tuner"], "seed": c["seed"], "trials": c["trials"],
                   "tuning_seconds": c["tuning_seconds"], "history": c["history"],

@@ -37,6 +37,7 @@ from ..baselines.base import mean_run_seconds
 from ..costmodel import CostModel
 from ..lock import DirLock
 from ..measure import MeasureConfig, create
+from ..measure.timing import summaries
 from ..ops import generate
 from ..pipeline.checks import make_agent
 from ..pipeline.replay import replay_best
@@ -206,7 +207,7 @@ def retime_workload(suite: BenchSuite, entry: OpEntry, cells: list[dict[str, Any
     timing = {"workload": entry.name, "spec": entry.spec, "epilogue": entry.epilogue,
               "budget": cells[0]["budget"],
               "target": str(make_target(suite.target)),
-              "programs": {name: st.summary() for name, st in stats.items()},
+              "programs": summaries(stats),
               "cells": {f"{c['tuner']}#{c['seed']}": {k: c[k] for k in
                         ("tuner", "seed", "trials", "tuning_seconds", "history")}
                         for c in cells}}

@@ -18,8 +18,6 @@ from tvm import s_tir, tirx
 from tvm.sym import detect_linear_equation
 
 SPATIAL, REDUCE = 0, 2
-CONV_KINDS = ("c1d", "c2d", "c3d", "grp", "dep", "dil", "t1d", "t2d", "t3d")
-MATMUL_KINDS = ("gmm",)
 
 
 @dataclass(frozen=True)
@@ -147,10 +145,6 @@ def _linear(expr: pe.Expr, ivars: list[tirx.Var]) -> tuple[dict[int, int], int] 
         return None
     terms = {i: _int(c) for i, c in enumerate(coeffs[:-1]) if _int(c) != 0}
     return terms, _int(coeffs[-1])
-
-
-def _load_parts(load: ire.TensorLoad) -> tuple[object, list[pe.Expr]]:
-    return load.source, list(load.indices)
 
 
 def _is_param(buf: object, params: list[tirx.Var]) -> int | None:

@@ -10,15 +10,16 @@ has the mapping decide the data layouts; ALT's tiling factors do not apply).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from collections.abc import Mapping as MappingType
-from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import tvm
 from tvm.target.codegen import target_has_features
 
 from ..layout import Layout
-from ..ops import operator_for, parse_workload
+from ..ops import OpProgram, generate, operator_for, parse_workload
 from ..ops.templates import Knob
 from ..ops.workload import Workload
 from .base import GENERATORS, Intrinsic, Mapping
@@ -89,7 +90,8 @@ def mappings_for(workload: str | Workload, generator: str, intrin: Intrinsic
 
 
 class MappingTemplate:
-    """A layout template whose only knob picks an intrinsic mapping.
+    """A layout template whose only knob picks an intrinsic mapping
+    (:class:`~altenv.ops.templates.Template`).
 
     Parameters
     ----------
@@ -121,9 +123,18 @@ class MappingTemplate:
     def knob_names(self) -> list[str]:
         return ["mapping"]
 
+    @property
+    def tensor_intrin(self) -> str:
+        """The intrinsic the programs are tensorized with."""
+        return self.intrinsic.tvm_intrin
+
     def default_factors(self) -> dict[str, int]:
         """The first mapping (least padding; the best objective for ``cp_embedding``)."""
         return {"mapping": 0}
+
+    def blocked_factors(self, lanes: int) -> None:
+        """None: the mapping decides the layouts."""
+        return None
 
     def factors_from_actions(self, actions: Sequence[float]) -> dict[str, int]:
         """Action ``a`` in [0, 1] picks mapping ``floor(a * n)`` (the last for ``a = 1``)."""
@@ -138,6 +149,10 @@ class MappingTemplate:
 
     def action_nvec(self) -> np.ndarray:
         return np.array([len(self.mappings)], dtype=np.int64)
+
+    def action_mask(self, allowed: Callable[[str], set[int]]) -> np.ndarray:
+        """Every mapping index is legal."""
+        return np.ones(int(self.action_nvec().sum()), dtype=bool)
 
     def check(self, factors: MappingType[str, int]) -> None:
         if set(factors) != {"mapping"} or not 0 <= int(factors["mapping"]) < len(self.mappings):
@@ -154,6 +169,17 @@ class MappingTemplate:
 
     def layouts(self, factors: MappingType[str, int] | None = None) -> dict[str, Layout]:
         return self.realization(factors or self.default_factors()).layouts
+
+    def generate(self, factors: MappingType[str, int], epilogue: Sequence[str] = ()
+                 ) -> OpProgram:
+        """The operator generated under the mapping's layouts, its reduction split as the
+        intrinsic reads it."""
+        real = self.realization(factors)
+        return generate(self.workload, real.layouts, epilogue, reduce=real.reduce)
+
+    def choice_json(self, factors: MappingType[str, int]) -> dict[str, Any]:
+        """The mapping itself, beside the layouts it gives."""
+        return {"mapping": self.mapping(factors).to_json()}
 
     def observation(self, factors: MappingType[str, int]) -> np.ndarray:
         """Per intrinsic dim and loop of the nest: ``log(extent) / log(fused)`` if the loop

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
+
+from ..strict import Strict
 
 DEFAULT_PRELOAD = ("tvm.s_tir.meta_schedule", "tvm.s_tir.transform", "altenv.measure.builder")
 
 
-class RPCSettings(BaseModel):
+class RPCSettings(Strict):
     """Where remote devices are found: a TVM RPC tracker and the key the servers registered.
 
     Parameters
@@ -23,8 +25,6 @@ class RPCSettings(BaseModel):
     max_workers : int
         Parallel RPC sessions (one per device of that key is the usual choice).
     """
-
-    model_config = ConfigDict(extra="forbid")
 
     tracker: str
     key: str
@@ -50,7 +50,7 @@ class RPCSettings(BaseModel):
         return int(self.tracker.rpartition(":")[2])
 
 
-class MeasureConfig(BaseModel):
+class MeasureConfig(Strict):
     """How candidates are built and timed.
 
     Parameters
@@ -73,8 +73,6 @@ class MeasureConfig(BaseModel):
     rpc : RPCSettings | None
         Remote devices through a tracker; ``None`` measures on this host.
     """
-
-    model_config = ConfigDict(extra="forbid")
 
     number: int = Field(3, ge=1)
     repeat: int = Field(3, ge=1)

@@ -76,6 +76,12 @@ class TimingStats:
                 "spread": self.spread, "noisy": self.noisy}
 
 
+def summaries(stats: Mapping[str, TimingStats]) -> dict[str, dict[str, float | bool]]:
+    """:meth:`TimingStats.summary` of each contender, as ``summary.json`` and a bench's
+    ``timing.json`` store them."""
+    return {name: st.summary() for name, st in stats.items()}
+
+
 class BlockTimer(Protocol):
     """A contender that times its own blocks of calls (e.g. in another process)."""
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 import numpy as np
 import tvm
@@ -26,7 +26,13 @@ from ..target import make_target
 from .operators import Operator, operator_for
 from .workload import Workload, parse_workload
 
-EPILOGUES = ("bias", "residual", "relu", "relu6")
+Epilogue = Literal["bias", "residual", "relu", "relu6"]
+"""An elementwise step fused after an operator, in the order given: add a per-channel
+``bias``, add a ``residual`` tensor of the output's shape, ``relu``, or ``relu6`` (a clip to
+[0, 6]). Configs and suites take these names."""
+EPILOGUES: tuple[str, ...] = get_args(Epilogue)
+EPILOGUE_INPUTS = ("bias", "residual")
+"""The steps that read a tensor of their own (an argument after ``data`` and ``weight``)."""
 
 
 def _attached_bias(weight: Layout, op: Operator) -> Layout | None:
@@ -95,7 +101,7 @@ class OpProgram:
     def logical_inputs(self, raw: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The operator's logical inputs from framework inputs (epilogue tensors pass through)."""
         prepared = self.op.prepare({k: raw[k] for k in ("data", "weight")})
-        prepared.update({k: raw[k] for k in ("bias", "residual") if k in raw})
+        prepared.update({k: raw[k] for k in EPILOGUE_INPUTS if k in raw})
         return prepared
 
     def physical_args(self, raw: Mapping[str, np.ndarray]) -> list[np.ndarray]:

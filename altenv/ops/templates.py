@@ -9,15 +9,23 @@ dim outermost). Transposed convolutions read their input through a gather, not a
 so their input template tiles channels only.
 Multi-level templates (``levels=2``) tile the output and weight dims twice, as
 ``N H/(ht'ht) W/(wt'wt) O/(ot'ot) ht' wt' ot' ht wt ot``.
+
+:class:`Template` is what tuning and the environments ask of a layout choice; an intrinsic
+mapping (:class:`altenv.mapping.MappingTemplate`) answers it too.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
 
 from ..layout import Layout
+from ..layout.state import tensor_state
+from .codegen import OpProgram, generate
 from .operators import SPATIAL_NAMES, Conv, MatMul, Operator, TransposedConv, operator_for
 from .workload import Workload, parse_workload
 
@@ -46,6 +54,56 @@ class Knob:
     level: int = 0
 
 
+class Template(Protocol):
+    """A layout choice as tuning and the environments see it: knobs whose factors give the
+    layouts of an operator's tensors, and the program those layouts generate."""
+
+    workload: Workload
+    op: Operator
+    levels: int
+    knobs: list[Knob]
+    tensor_intrin: str | None
+    """The TVM tensor intrinsic its programs are tensorized with, ``None`` for none."""
+
+    @property
+    def knob_names(self) -> list[str]: ...
+
+    def default_factors(self) -> dict[str, int]:
+        """The factors of the untuned layout."""
+
+    def blocked_factors(self, lanes: int) -> dict[str, int] | None:
+        """The vendor-style blocked layout for ``lanes``-element vectors, ``None`` where
+        there is none."""
+
+    def check(self, factors: Mapping[str, int]) -> None:
+        """Raise ``ValueError`` unless ``factors`` are legal."""
+
+    def layouts(self, factors: Mapping[str, int] | None = None) -> dict[str, Layout]:
+        """The layouts of the operator's tensors (``None``: the default factors)."""
+
+    def generate(self, factors: Mapping[str, int], epilogue: Sequence[str] = ()) -> OpProgram:
+        """The operator generated under the layouts of ``factors``."""
+
+    def choice_json(self, factors: Mapping[str, int]) -> dict[str, Any]:
+        """What records store about the choice beside its tensors' layouts."""
+
+    def factors_from_actions(self, actions: Sequence[float]) -> dict[str, int]:
+        """The factors of a continuous action, one value in [0, 1] per knob."""
+
+    def factors_from_indices(self, indices: Sequence[int]) -> dict[str, int]:
+        """The factors of a discrete action, one index per knob."""
+
+    def action_nvec(self) -> np.ndarray:
+        """``nvec`` of the discrete action."""
+
+    def action_mask(self, allowed: Callable[[str], set[int]]) -> np.ndarray:
+        """A flat bool mask of the discrete action (``allowed``: the values a knob's
+        constraints allow, by knob name)."""
+
+    def observation(self, factors: Mapping[str, int]) -> np.ndarray:
+        """The layout actor's state, in [0, 1], of a fixed length per operator kind."""
+
+
 class LayoutTemplate:
     """The layout template of one operator.
 
@@ -64,6 +122,9 @@ class LayoutTemplate:
         self.op: Operator = operator_for(self.workload)
         self.levels = levels
         self.knobs: list[Knob] = self._knobs()
+
+    tensor_intrin = None
+    """ALT's templates tensorize nothing (:attr:`Template.tensor_intrin`)."""
 
     # knobs ----------------------------------------------------------------
     def _dims(self) -> list[tuple[str, str, int, int]]:
@@ -125,6 +186,45 @@ class LayoutTemplate:
             left[key] = rest // f
         return out
 
+    def factors_from_indices(self, indices: Sequence[int]) -> dict[str, int]:
+        """Discrete action: index ``i`` picks the ``i``-th divisor (clipped to the last) of
+        what the knob's dim has left (multi-level knobs divide the outer levels' rest)."""
+        out: dict[str, int] = {}
+        left: dict[str, int] = {}
+        for knob, i in zip(self.knobs, indices, strict=True):
+            key = knob.name.rstrip("0123456789")
+            choices = divisors(left.get(key, knob.extent))
+            out[knob.name] = choices[min(int(i), len(choices) - 1)]
+            left[key] = left.get(key, knob.extent) // out[knob.name]
+        return out
+
+    def action_nvec(self) -> np.ndarray:
+        """``nvec`` of the discrete action: every knob gets the longest divisor list."""
+        longest = max(len(divisors(k.extent)) for k in self.knobs)
+        return np.full(len(self.knobs), longest, dtype=np.int64)
+
+    def action_mask(self, allowed: Callable[[str], set[int]]) -> np.ndarray:
+        """Knob by knob, the indices past a knob's divisor list are masked, and so are the
+        values ``allowed`` leaves out; outer levels of a multi-level knob divide what the
+        inner level left, so only their list length is masked."""
+        masks = []
+        for knob, n in zip(self.knobs, self.action_nvec()):
+            choices = divisors(knob.extent)
+            legal = allowed(knob.name) if knob.level == 0 else set(choices)
+            masks.append([i < len(choices) and choices[i] in legal for i in range(int(n))])
+        return np.concatenate(masks).astype(bool)
+
+    def observation(self, factors: Mapping[str, int]) -> np.ndarray:
+        """The layout actor's state (ALT §5.2.1): per knob ``log(factor) / log(extent)`` and
+        ``log2(extent) / 16`` (the shape, so a policy can transfer across workloads), then
+        :func:`~altenv.layout.state.tensor_state` of every tensor (sorted by name)."""
+        chosen = [math.log(factors[k.name]) / math.log(k.extent) if k.extent > 1 else 0.0
+                  for k in self.knobs]
+        shape = [min(math.log2(k.extent) / 16.0, 1.0) for k in self.knobs]
+        layouts = self.layouts(factors)
+        tensors = [tensor_state(layouts[name], 1 + self.levels) for name in sorted(layouts)]
+        return np.concatenate([np.asarray(chosen + shape, dtype=np.float32), *tensors])
+
     def _tiles(self, factors: Mapping[str, int], base: str) -> list[int]:
         """Tile sizes of one dim, innermost level first."""
         return [int(factors[k.name]) for k in self.knobs if k.name.rstrip("0123456789") == base]
@@ -178,6 +278,14 @@ class LayoutTemplate:
         else:
             data = _tile(data, [[1], it] + [[1]] * rank, order=[0, 1] + list(range(2, rank + 2)))
         return {"out": out, "data": data, "weight": weight}
+
+    def generate(self, factors: Mapping[str, int], epilogue: Sequence[str] = ()) -> OpProgram:
+        """The operator generated under the layouts of ``factors``."""
+        return generate(self.workload, self.layouts(factors), epilogue)
+
+    def choice_json(self, factors: Mapping[str, int]) -> dict[str, Any]:
+        """Nothing beside the tensors' layouts (the factors are stored with them)."""
+        return {}
 
 
 def _tile(layout: Layout, tiles: list[list[int]], order: list[int] | None = None,

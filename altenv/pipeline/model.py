@@ -40,6 +40,7 @@ from ..graph.in_network import Choice, Contender, choose_layouts, contenders
 from ..graph.lowering import ComplexLowering
 from ..graph.network import NetworkBuild, NetworkPlan, build_plan, other_kernels, plan_network
 from ..measure import Measurer, create
+from ..measure.timing import summaries
 from ..records import RecordDB
 from ..target import make_target
 from ..tuning import Budget, OpTask, TuningSession, tune
@@ -301,7 +302,7 @@ def verify(run: ModelRun) -> RunResult:
     if model.torch_module is not None:
         runs.append(torch_module_baseline(model.torch_module, inputs, target=cfg.target))
     stats = compare(runs, expected, rtol=1e-4)
-    timings = {n: st.summary() for n, st in stats.items()}
+    timings = summaries(stats)
     elapsed = time.perf_counter() - run.start
     summary = {"name": cfg.name, "model": cfg.model, "trials": run.trials,
                "resumed_records": run.previous, "tuning_seconds": elapsed,

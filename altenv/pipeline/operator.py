@@ -23,9 +23,10 @@ from ..baselines import (
 from ..config import RunConfig
 from ..costmodel import CostModel
 from ..measure import create
+from ..measure.timing import summaries
 from ..ops import OpProgram, generate, run_numpy
 from ..records import plain_json
-from ..tuning import Budget, OpTask, TuningSession, tune
+from ..tuning import OpTask, TuningSession, tune
 from .checks import check_run, op_task
 from .report import RunResult, speedups
 from .rundir import RunDir
@@ -38,7 +39,7 @@ def tune_workload(cfg: RunConfig, progress: bool = True, repair: bool = False) -
     run_dir = RunDir(cfg.run_dir)
     agent = check_run(cfg, tensorboard_log=str(run_dir.tensorboard))
     task = op_task(cfg, cfg.workload, cfg.mapping)
-    budget = Budget(cfg.budget.joint, cfg.budget.loop_only)
+    budget = cfg.budget.stages
     with run_dir.open(cfg, repair) as db, create(None, cfg.measure, task.target) as measurer:
         previous = len(db)
         start = time.perf_counter()
@@ -101,4 +102,4 @@ def compare_with_baselines(task: OpTask, program: OpProgram, mod: IRModule, seed
     if plain.op.dtype == "float32":
         runs.append(torch_operator_baseline(plain, target=task.target, raw=raw))
     stats = compare(runs, [program.reference(raw)], rtol=plain.op.tolerance())
-    return {name: st.summary() for name, st in stats.items()}
+    return summaries(stats)

@@ -45,7 +45,7 @@ from ..records import RecordDB
 from ..suites import suite_specs
 from ..target import make_target
 from ..training import fit_cost_model, measure_corpus, ranking_report, record_examples
-from ..tuning import Budget, OpTask, TuningSession, tune
+from ..tuning import OpTask, TuningSession, tune
 from .checks import check_run, load_user_model, op_task
 from .rundir import RunDir
 from .tensorboard import TensorBoardLog
@@ -164,7 +164,7 @@ def _workloads(cfg: TrainConfig, state: _State, agent: Any, cost_model: CostMode
     """Stage 3: measured tuning of each workload and model task in turn."""
     if not tasks:
         return
-    budget = Budget(cfg.budget.joint, cfg.budget.loop_only)
+    budget = cfg.budget.stages
     shared = CostModel(seed=cfg.seed, base=cost_model) if cost_model is not None \
         else CostModel(seed=cfg.seed)
     run_dir = RunDir(cfg.run_dir)

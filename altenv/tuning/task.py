@@ -21,8 +21,8 @@ import tvm
 
 from ..mapping import MappingTemplate
 from ..measure import CorrectnessCheck
-from ..ops import LayoutTemplate, OpProgram, generate, parse_workload
-from ..ops.templates import divisors
+from ..ops import LayoutTemplate, OpProgram, parse_workload
+from ..ops.templates import Template
 from ..space import LoopPoint, LoopSpace
 from ..target import make_target
 
@@ -69,7 +69,7 @@ class OpTask:
         self.target: tvm.target.Target = make_target(target)
         self.epilogue = tuple(epilogue)
         self.mapping = mapping
-        self.template: LayoutTemplate | MappingTemplate = (
+        self.template: Template = (
             LayoutTemplate(self.workload, levels=levels) if mapping == "none" else
             MappingTemplate(self.workload, mapping, self.target))
         self._cache: OrderedDict[Factors, tuple[OpProgram, LoopSpace]] = OrderedDict()
@@ -86,9 +86,8 @@ class OpTask:
     def blocked_factors(self, lanes: int) -> Factors | None:
         """The vendor-style blocked layout for ``lanes``-element vectors
         (:meth:`LayoutTemplate.blocked_factors`); ``None`` for an intrinsic mapping."""
-        if isinstance(self.template, MappingTemplate):
-            return None
-        return freeze(self.template.blocked_factors(lanes))
+        factors = self.template.blocked_factors(lanes)
+        return None if factors is None else freeze(factors)
 
     def random_factors(self, rng: np.random.Generator) -> Factors:
         """Template factors of uniformly drawn layout actions (ALT Eq. 2: each knob takes
@@ -97,26 +96,12 @@ class OpTask:
         actions = rng.uniform(0, 1, len(self.template.knobs))
         return freeze(self.template.factors_from_actions(actions))
 
-    def factor_choices(self) -> dict[str, list[int]]:
-        """The legal values of each knob (divisors of the dim it tiles; mapping indices)."""
-        if isinstance(self.template, MappingTemplate):
-            return {"mapping": list(range(len(self.template.mappings)))}
-        return {k.name: divisors(k.extent) for k in self.template.knobs}
-
     def _entry(self, factors: Factors) -> tuple[OpProgram, LoopSpace]:
         if factors in self._cache:
             self._cache.move_to_end(factors)
             return self._cache[factors]
-        if isinstance(self.template, MappingTemplate):
-            real = self.template.realization(dict(factors))
-            program = generate(self.workload, real.layouts, self.epilogue, reduce=real.reduce)
-            space = LoopSpace(program.func, self.target,
-                              intrin=self.template.intrinsic.tvm_intrin)
-        else:
-            program = generate(self.workload, self.template.layouts(dict(factors)),
-                               self.epilogue)
-            space = LoopSpace(program.func, self.target)
-        entry = (program, space)
+        program = self.template.generate(dict(factors), self.epilogue)
+        entry = (program, LoopSpace(program.func, self.target, intrin=self.template.tensor_intrin))
         self._cache[factors] = entry
         while len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
@@ -134,11 +119,9 @@ class OpTask:
         """What records store about a layout: the factors and every tensor's layout (and
         the intrinsic mapping, if any)."""
         program = self.program(factors)
-        out = {"factors": dict(factors),
-               "tensors": {n: lay.to_json() for n, lay in program.layouts.items()}}
-        if isinstance(self.template, MappingTemplate):
-            out["mapping"] = self.template.mapping(dict(factors)).to_json()
-        return out
+        return {"factors": dict(factors),
+                "tensors": {n: lay.to_json() for n, lay in program.layouts.items()},
+                **self.template.choice_json(dict(factors))}
 
     def check(self, factors: Factors, seed: int = 0) -> CorrectnessCheck:
         """A correctness check of a scheduled program against torch on random inputs
