@@ -128,6 +128,7 @@ def _bench(args: argparse.Namespace) -> int:
     overrides = {"budget": args.budget, "seeds": args.seeds,
                  "tuners": args.tuners.split(",") if args.tuners else None,
                  "baselines": args.baselines.split(",") if args.baselines else None,
+                 "versus": args.versus.split(",") if args.versus else None,
                  "altenv.name": args.altenv_agent, **_set_options(args.set)}
     for label, agent in map(_agent_option, args.agent or []):
         overrides["altenv" if label == "altenv" else f"agents.{label}"] = agent
@@ -145,7 +146,7 @@ def _bench(args: argparse.Namespace) -> int:
     timings = run_bench(suite, output, args.filter, progress=not args.quiet,
                         retime=args.retime, profile=getattr(args, "profile", False),
                         repair=args.repair)
-    print(report(timings, output, suite.baselines), end="")
+    print(report(timings, output, suite.baselines, suite.versus), end="")
     print(f"results: {output / 'results.csv'}, plots: {output}/*.png")
     return 0
 
@@ -251,6 +252,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--budget", type=int, help="measured trials per tuner and entry")
         p.add_argument("--tuners", help="comma-separated: altenv, metaschedule, agent names")
         p.add_argument("--baselines", help="comma-separated: tvm-default, torch")
+        p.add_argument("--versus", help="comma-separated tuners every tuner is compared with "
+                                        "at the same seed (default: metaschedule)")
         p.add_argument("--seeds", type=int, help="seeds per tuner")
         p.add_argument("--altenv-agent", help="the agent behind the altenv tuner")
         p.add_argument("--agent", action="append", metavar="LABEL=AGENT{key: value, ...}",

@@ -68,6 +68,7 @@ class BenchSuite(Strict):
     seeds: int = Field(1, ge=1)
     tuners: list[str] = Field(default_factory=lambda: ["altenv", "metaschedule"])
     baselines: list[str] = Field(default_factory=lambda: list(OP_BASELINES))
+    versus: list[str] = Field(default_factory=lambda: ["metaschedule"])
     altenv: AgentConfig = Field(default_factory=lambda: AgentConfig(name="evolution"))
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
     target: TargetSpec = "cpu"
@@ -94,6 +95,10 @@ class BenchSuite(Strict):
                                  f"{', '.join(allowed)} or 'module:Class'")
         if len(set(self.tuners)) != len(self.tuners):
             raise ValueError(f"tuners repeat a name: {self.tuners}")
+        unknown = [name for name in self.versus if name not in allowed and ":" not in name]
+        if unknown or not self.versus:
+            raise ValueError(f"versus: unknown tuner {unknown[0] if unknown else '(none)'}; "
+                             f"allowed: {', '.join(allowed)}")
         return self
 
     @model_validator(mode="after")

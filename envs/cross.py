@@ -301,7 +301,14 @@ class CrossExplorationEnv(TuningEnv):
 
     # ------------------------------------------------------------------ visits
     def _start_visit(self, factors: Factors) -> None:
-        self.factors, self.space = factors, self.task.space(factors)
+        space = self.task.space(factors)
+        if (space.num_subspaces > MAX_SUBSPACES or space.vector_size > MAX_VECTOR
+                or int(space.action_nvec.max(initial=0)) > MAX_DIRECTIONS):
+            raise ValueError(f"{self.task.key}, layout {dict(factors)}: a loop space of "
+                             f"{space.num_subspaces} subspaces, {space.vector_size} entries and "
+                             f"up to {int(space.action_nvec.max(initial=0))} directions exceeds "
+                             f"the loop heads ({MAX_SUBSPACES} x {MAX_DIRECTIONS}, {MAX_VECTOR})")
+        self.factors, self.space = factors, space
         self.visited, self._round, self._best = {}, 0, 0.0
         self._sample_round()
 
@@ -409,10 +416,7 @@ class CrossExplorationEnv(TuningEnv):
         at += 3 * len(SLOTS)
         if loop:
             assert self.space is not None and self.point is not None
-            n = self.space.vector_size
-            if n > MAX_VECTOR:
-                raise ValueError(f"loop space of {n} entries exceeds {MAX_VECTOR}")
-            obs[at:at + n] = self.space.encode(self.point)
+            obs[at:at + self.space.vector_size] = self.space.encode(self.point)
             obs[at + MAX_VECTOR:at + MAX_VECTOR + 2 * FEATURES] = self._summary
             obs[-2:] = (self._score / MAX_SCORE, self._best / MAX_SCORE)
         return np.clip(obs, 0.0, 1.0)

@@ -145,6 +145,24 @@ def test_report_geomeans_are_over_workloads():
     assert trials_to_reach([5.0, 3.0], 2.0) == math.inf
 
 
+def test_reference_tuners_other_than_metaschedule():
+    """``--versus random,evolution``: each tuner's speedup over each reference at its seed,
+    the trials it took to reach the reference's final best, and the geomean rows."""
+    timings = [_timing("a", {"ppo": 1e-3, "random": 2e-3, "evolution": 1e-3}),
+               _timing("b", {"ppo": 1e-3, "random": 3e-3, "evolution": 0.5e-3})]
+    timings[0]["cells"]["ppo#0"]["history"] = [4e-3, 2e-3, 1e-3]
+    timings[0]["cells"]["ppo#0"]["agent"] = {"updates": {"joint": 4, "loop": 9}}
+    rows = rows_of(timings, ["torch"], ["random", "evolution"])
+    ppo = [r for r in rows if r["tuner"] == "ppo"]
+    assert [r["speedup_vs_random"] for r in ppo] == [2.0, 3.0]
+    assert [r["speedup_vs_evolution"] for r in ppo] == [1.0, 0.5]
+    assert ppo[0]["trials_to_random_best"] == 2 and "speedup_vs_metaschedule" not in ppo[0]
+    assert ppo[0]["agent"] == "updates.joint=4 updates.loop=9"
+    table = format_table(timings, rows, ["torch"], ["random", "evolution"])
+    assert "geomean x vs random" in table and "geomean x vs evolution" in table
+    assert summary(rows)["ppo"]["speedup_vs_random"] == pytest.approx(math.sqrt(6))
+
+
 def test_a_timing_too_spread_is_flagged_and_speedups_on_it_are_marked(tmp_path):
     """A torch baseline whose rounds spread 2x its median (a loaded host) is flagged in the
     table and the CSV, and the speedups over it carry the mark; the others do not."""

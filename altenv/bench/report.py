@@ -2,8 +2,9 @@
 
 Rows come from the ``timing.json`` files of ``bench ops`` / ``bench net``: one row per
 (entry, tuner, seed) with its re-timed median latency, spread, trials, tuning seconds,
-its speedup over each baseline and over MetaSchedule at the same seed, and the trials it
-took to reach MetaSchedule's final tuning-time latency. A timing whose spread (interquartile
+its speedup over each baseline and over each reference tuner at the same seed
+(MetaSchedule by default, ``--versus`` for others, e.g. ``random``), and the trials it
+took to reach each reference's final tuning-time latency. A timing whose spread (interquartile
 range over median of its rounds) is above
 :data:`~altenv.measure.timing.NOISY_SPREAD` is too spread to trust: the ``noisy``
 column names the contenders of a row's numbers (its program, the baselines, MetaSchedule at
@@ -32,8 +33,10 @@ def _noisy(program: dict[str, Any] | None) -> bool:
     return program is not None and program["spread"] > NOISY_SPREAD
 
 
-def rows_of(timings: Sequence[dict[str, Any]], baselines: Sequence[str]) -> list[dict[str, Any]]:
-    """One row per tuned program of each timing (entries in order)."""
+def rows_of(timings: Sequence[dict[str, Any]], baselines: Sequence[str],
+            versus: Sequence[str] = (METASCHEDULE,)) -> list[dict[str, Any]]:
+    """One row per tuned program of each timing (entries in order); ``versus``: the
+    reference tuners, compared at the same seed."""
     rows = []
     for timing in timings:
         programs = timing["programs"]
@@ -45,17 +48,35 @@ def rows_of(timings: Sequence[dict[str, Any]], baselines: Sequence[str]) -> list
             for name in baselines:
                 base = programs.get(name)
                 row[f"speedup_vs_{name}"] = base["median_s"] / median if base else math.nan
-            ms = programs.get(f"{METASCHEDULE}#{cell['seed']}")
-            row[f"speedup_vs_{METASCHEDULE}"] = ms["median_s"] / median if ms else math.nan
-            ms_cell = timing["cells"].get(f"{METASCHEDULE}#{cell['seed']}")
-            row["trials_to_ms_best"] = (trials_to_reach(cell["history"], ms_cell["history"][-1])
-                                        if ms_cell and ms_cell["history"] else math.nan)
+            for ref in versus:
+                other = programs.get(f"{ref}#{cell['seed']}")
+                row[f"speedup_vs_{ref}"] = other["median_s"] / median if other else math.nan
+                ref_cell = timing["cells"].get(f"{ref}#{cell['seed']}")
+                row[_trials_to(ref)] = (trials_to_reach(cell["history"], ref_cell["history"][-1])
+                                        if ref_cell and ref_cell["history"] else math.nan)
             row["noisy"] = " ".join(name for name in dict.fromkeys(
-                [label, *baselines, f"{METASCHEDULE}#{cell['seed']}"])
+                [label, *baselines, *(f"{ref}#{cell['seed']}" for ref in versus)])
                 if _noisy(programs.get(name)))
+            row["agent"] = " ".join(f"{k}={v}" for k, v in _flat(cell.get("agent", {})))
             row.update(cell.get("extra", {}))
             rows.append(row)
     return rows
+
+
+def _trials_to(ref: str) -> str:
+    """The column of the trials to reach ``ref``'s best (``trials_to_ms_best`` as before)."""
+    return "trials_to_ms_best" if ref == METASCHEDULE else f"trials_to_{ref}_best"
+
+
+def _flat(summary: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """An agent's summary (:meth:`agents.base.Agent.summary`) as ``key.sub=value`` pairs."""
+    out: list[tuple[str, Any]] = []
+    for key, value in summary.items():
+        if isinstance(value, dict):
+            out += _flat(value, f"{prefix}{key}.")
+        else:
+            out.append((prefix + key, value))
+    return out
 
 
 def trials_to_reach(history: Sequence[float], target: float) -> float:
@@ -106,7 +127,7 @@ def summary(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
 
 
 def format_table(timings: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]],
-                 baselines: Sequence[str]) -> str:
+                 baselines: Sequence[str], versus: Sequence[str] = (METASCHEDULE,)) -> str:
     """The printed table: each workload's median latency per tuner (median over seeds),
     the baselines' latencies, then the geometric-mean speedups per tuner."""
     if not rows:
@@ -116,7 +137,7 @@ def format_table(timings: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any
     by = defaultdict(list)
     for r in rows:
         by[r["workload"], r["tuner"]].append(r)
-    width = max(len(w) for w in workloads + ["geomean x vs metaschedule"]) + 2
+    width = max(len(w) for w in workloads + [f"geomean x vs {r}" for r in versus]) + 2
     col = 22
     lines = [f"{'latency (ms)':<{width}}" + "".join(f"{t[:col - 2]:>{col}s}" for t in
                                                    [*tuners, *baselines])]
@@ -131,7 +152,7 @@ def format_table(timings: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any
                   if b in programs else f"{'-':>{col}s}" for b in baselines]
         lines.append(f"{w:<{width}}" + "".join(cells))
     stats = summary(rows)
-    for name in [*baselines, METASCHEDULE]:
+    for name in [*baselines, *versus]:
         key = f"speedup_vs_{name}"
         cells = []
         for t in tuners:
@@ -161,8 +182,7 @@ def _rests_on_noise(row: dict[str, Any], contender: str | None) -> bool:
     speedup over that contender, rests on a timing too spread to trust."""
     noisy = set(row["noisy"].split())
     own = f"{row['tuner']}#{row['seed']}"
-    other = f"{METASCHEDULE}#{row['seed']}" if contender == METASCHEDULE else contender
-    return own in noisy or other in noisy
+    return own in noisy or contender in noisy or f"{contender}#{row['seed']}" in noisy
 
 
 def plot(timings: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]], output: Path,
@@ -224,10 +244,12 @@ def plot(timings: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]], outp
     return paths
 
 
-def report(timings: Sequence[dict[str, Any]], output: Path, baselines: Sequence[str]) -> str:
-    """Write ``results.csv`` and the plots into ``output``; returns the printed table."""
-    rows = rows_of(timings, baselines)
+def report(timings: Sequence[dict[str, Any]], output: Path, baselines: Sequence[str],
+           versus: Sequence[str] = (METASCHEDULE,)) -> str:
+    """Write ``results.csv`` and the plots into ``output``; returns the printed table
+    (speedups over the ``baselines`` and the reference tuners ``versus``)."""
+    rows = rows_of(timings, baselines, versus)
     write_csv(rows, output / "results.csv")
     if rows:
-        plot(timings, rows, output, baselines[0] if baselines else METASCHEDULE)
-    return format_table(timings, rows, baselines)
+        plot(timings, rows, output, baselines[0] if baselines else versus[0])
+    return format_table(timings, rows, baselines, versus)
