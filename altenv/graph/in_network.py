@@ -5,7 +5,7 @@ A task is tuned alone, on inputs already stored in the layouts its template read
 network its data comes from a producer that stores it in its own layout (a convolution
 writes its template's output layout; ALT inserts a conversion there, Alg. 1 line 3), so a
 layout that unfolds or re-tiles its input pays for a conversion, or a slower read of the
-stored layout, that its tuning never saw. In MobileNet-V2 (v4, ``docs/benchmarks.md``) a
+stored layout, that its tuning never saw. In MobileNet-V2 a
 stride-2 depthwise convolution tuned into a layout that unfolds its width into windows
 (1.5x the data) ran in 305 us alone and 675 us inside the network, where MetaSchedule's
 kernel took 272 us.

@@ -13,7 +13,7 @@ the kernels.
 Alone, a kernel runs again and again on the same buffers, so its weights and inputs sit in
 the caches. Inside the network they were last touched one or many kernels earlier, so each
 kernel is also timed cold, its weights flushed from the caches before every call: on
-MobileNet-V2 (v7) the cold sums came within 1-4 % of the kernels' sums inside the
+MobileNet-V2 the cold sums came within 1-4 % of the kernels' sums inside the
 network, the warm sums 23-30 % below them. Where a
 program's VM is given, :func:`time_in_network` also times every call as ``main`` makes it,
 with the VM's instrument hook (a callback before and after each call); the callback's own
