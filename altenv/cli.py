@@ -1,4 +1,5 @@
-"""The ``altenv`` command line: ``demo``, ``tune``, ``train``, ``export``, ``envs``, ``bench``.
+"""The ``altenv`` command line: ``demo``, ``tune``, ``tasks``, ``train``, ``export``, ``envs``,
+``bench``.
 
 Each command imports what it runs inside its own function: TVM takes seconds to load, and
 ``altenv --help`` or a mistyped flag answers at once without it.
@@ -47,6 +48,15 @@ def _tune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tasks(args: argparse.Namespace) -> int:
+    from .pipeline.checks import load_user_model  # loads TVM: only when run
+    from .pipeline.preview import format_preview, preview
+
+    model = load_user_model(args.model, _set_options(args.option, "--option"), seed=0)
+    print(format_preview(preview(model), as_json=args.json), end="")
+    return 0
+
+
 def _train(args: argparse.Namespace) -> int:
     from .config import TrainConfig, load_config  # loads TVM: only when run
     from .pipeline.train import train
@@ -79,21 +89,21 @@ def _envs(args: argparse.Namespace) -> int:
     return 0
 
 
-def _set_options(items: list[str] | None) -> dict[str, Any]:
+def _set_options(items: list[str] | None, flag: str = "--set") -> dict[str, Any]:
     """``--set KEY=VALUE`` pairs as config overrides: dotted keys, YAML values
-    (``--set measure.enable_cpu_cache_flush=true``)."""
+    (``--set measure.enable_cpu_cache_flush=true``); ``flag`` names the option in errors."""
     from .config import ConfigError  # loads TVM: only when run
 
     overrides: dict[str, Any] = {}
     for text in items or []:
         key, eq, value = text.partition("=")
         if not (eq and key.strip()):
-            raise ConfigError(f"--set {text!r}: expected KEY=VALUE, "
+            raise ConfigError(f"{flag} {text!r}: expected KEY=VALUE, "
                               "e.g. 'measure.enable_cpu_cache_flush=true'")
         try:
             overrides[key.strip()] = yaml.safe_load(value)
         except yaml.YAMLError:
-            raise ConfigError(f"--set {text!r}: the value is not valid YAML") from None
+            raise ConfigError(f"{flag} {text!r}: the value is not valid YAML") from None
     return overrides
 
 
@@ -217,6 +227,16 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--set", action="append", metavar="KEY=VALUE", help=SET_HELP)
     tune.add_argument("--repair", action="store_true", help=REPAIR_HELP)
     tune.set_defaults(func=_tune)
+
+    tasks = sub.add_parser("tasks", help="what tuning a model would cover: each complex call, "
+                                         "tuned with layouts or why not, and the FLOPs share")
+    tasks.add_argument("model", help="zoo name, .onnx file or file.py:factory (as model: in a "
+                                     "run config)")
+    tasks.add_argument("--option", action="append", metavar="KEY=VALUE",
+                       help="a model option, YAML value, repeatable (as model_options: in a "
+                            "run config, e.g. size=small)")
+    tasks.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    tasks.set_defaults(func=_tasks)
 
     train = sub.add_parser("train", help="pretrain an agent over a list of workloads")
     train.add_argument("config", help="YAML train config with 'workloads:' (see configs/)")
