@@ -75,6 +75,49 @@ def test_zoo_with_random_layouts_matches_torch(name: str):
     assert max_rel_err(through.run(x), model.reference(x)) < 1e-4
 
 
+ACTIVATIONS = '''
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+class Net(nn.Module):
+    """Convolutions followed by SiLU, hardswish and GELU, as MobileNetV3 or a ConvNeXt."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv2d(4, 8, 3, padding=1)
+        self.b = nn.Conv2d(8, 8, 3, padding=1)
+        self.c = nn.Conv2d(8, 8, 1)
+
+    def forward(self, x):
+        return F.gelu(self.c(F.hardswish(self.b(F.silu(self.a(x))))))
+
+
+def make():
+    torch.manual_seed(0)
+    return Net().eval(), (torch.randn(1, 4, 8, 8) * 3,)
+'''
+
+
+def test_convs_with_silu_hardswish_gelu_are_tuned_with_layouts(tmp_path: Path):
+    """The activations Relax fuses after each conv are generated in the conv's tiled
+    output layout (no call falls back) and the network still computes what torch does."""
+    (tmp_path / "act.py").write_text(ACTIVATIONS)
+    model = load_model(f"{tmp_path / 'act.py'}:make")
+    graph = extract_tasks(model)
+    factors = {task.name: {**LayoutTemplate(task.op.spec()).default_factors(), "ot": 4,
+                           "ht": 4} for task in graph.complex_tasks()}
+    network = build_network(graph, factors)
+    plan = network.plan
+    assert not plan.fallbacks
+    assert [plan.lowerings[c.index].epilogue for c in graph.complex_calls()] == [
+        ("bias", "silu"), ("bias", "hardswish"), ("bias", "gelu")]
+    assert {plan.layouts[t]["out"].shape for t in factors} == {(1, 2, 1, 2, 4, 8, 4)}
+    x = model.random_inputs(1)
+    assert max_rel_err(network.run(x), model.reference(x)) < 1e-4
+
+
 def _hand_graph(hw: int = 12) -> tuple[TaskGraph, dict[str, np.ndarray]]:
     """conv1 -> relu -> add(., x) -> conv2 as four separate tasks (no fusion), on a
     ``1 x 8 x hw x hw`` input."""
@@ -380,7 +423,7 @@ def test_foreign_module_exported_and_reloaded_in_a_fresh_process(tmp_path: Path)
     # clamp-then-add is outside the generator's epilogues: that conv keeps its own task,
     # reading and writing logical tensors through conversions
     assert list(network.plan.fallbacks.values()) == [
-        "epilogue block T_add1 after the activation or opaque"]
+        "an epilogue step reading a tensor after an activation"]
     assert {c.consumer for c in network.conversions} >= {"call1"}
     for name in (MODEL_FILE, PARAMS_FILE, MANIFEST_FILE):
         assert (out_dir / name).is_file()

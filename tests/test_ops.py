@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
+import torch.nn.functional as F
 from tvm import s_tir
 
 from altenv.layout import Layout, random_layout
@@ -224,8 +226,8 @@ def test_bad_layout_names_and_shapes():
         generate("gmm:M=8,N=8,K=8", {"bias": Layout((8,))})
     with pytest.raises(ValueError, match="does not match the tensor's shape"):
         generate("gmm:M=8,N=8,K=8", {"data": Layout((8, 9))})
-    with pytest.raises(ValueError, match="unknown step 'gelu'"):
-        generate("gmm:M=8,N=8,K=8", epilogue=("gelu",))
+    with pytest.raises(ValueError, match="epilogue step 'gelu2': unknown op 'gelu2'"):
+        generate("gmm:M=8,N=8,K=8", epilogue=("gelu2",))
 
 
 def test_relu6_epilogue():
@@ -235,6 +237,58 @@ def test_relu6_epilogue():
     check_raw = run_numpy(program, raw)
     np.testing.assert_allclose(check_raw, program.reference(raw), rtol=1e-4, atol=1e-4)
     assert check_raw.max() == pytest.approx(6.0)
+
+
+ACTIVATIONS = {
+    "sigmoid": torch.sigmoid, "silu": F.silu, "hardswish": F.hardswish,
+    "hardsigmoid": F.hardsigmoid, "tanh": torch.tanh, "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "clip(-1.5,2.0)": lambda x: torch.clamp(x, -1.5, 2.0),
+    "leaky_relu(0.1)": lambda x: F.leaky_relu(x, 0.1),
+    "mul(x,tanh(x))": lambda x: x * torch.tanh(x),
+}
+
+
+@pytest.mark.parametrize("step", ACTIVATIONS)
+def test_activation_epilogues_in_a_blocked_layout(step):
+    """Each activation generated in a blocked output layout (``N O/4 H W/3 4 3``) computes
+    what torch's own function does after the convolution and bias (values well beyond the
+    clips' and hardswish's bounds), and its baseline callable does the same."""
+    from altenv.baselines.operator import torch_function
+
+    spec = "c2d:N=1,I=4,O=8,H=6,W=6,KH=3,KW=3,pad=1"
+    out = Layout((1, 8, 6, 6)).split(1, [-1, 4]).split(4, [-1, 3]).reorder([0, 1, 3, 4, 2, 5])
+    program = generate(spec, {"out": out}, epilogue=("bias", step))
+    raw = program.random_inputs(1)
+    raw["data"] = raw["data"] * 4
+    t = {k: torch.from_numpy(v) for k, v in raw.items()}
+    plain = torch.conv2d(t["data"], t["weight"], t["bias"], padding=1)
+    assert plain.min() < -3 and plain.max() > 6
+    want = ACTIVATIONS[step](plain).numpy()
+    np.testing.assert_allclose(run_numpy(program, raw), want, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(program.reference(raw), want, rtol=1e-5, atol=1e-6)
+    got = torch_function(program)(t["data"], t["weight"], t["bias"]).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_activation_steps_round_trip_through_records_keys():
+    """Config spellings become one canonical step, which survives a records key
+    (``spec|bias+step``, split on ``+``) and parses back to the same tree."""
+    from altenv.ops.activation import canonical_step, parse_step
+    from altenv.training.corpus import split_key
+    from altenv.tuning import OpTask
+
+    spellings = {"relu6": "clip(0,6)", "silu": "mul(x, sigmoid(x))",
+                 "clip(-1.5,2.0)": "clip(-1.5, 2)", "leaky_relu(0.01)": "leaky_relu(1e-2)",
+                 "clip(-1e20,3.0)": "max(min(x, 3), -1e+20)"}
+    for want, text in spellings.items():
+        step = canonical_step(text)
+        assert step == want
+        task = OpTask("c2d:N=1,I=4,O=8,H=6,W=6,KH=3,KW=3,pad=1", epilogue=("bias", step))
+        assert split_key(task.key) == (str(task.workload), ("bias", step))
+        assert parse_step(step) == parse_step(text)
+    with pytest.raises(ValueError, match="allowed: bias, residual, relu, relu6, sigmoid"):
+        parse_step("swish(x)")
 
 
 def test_data_converted_in_a_first_stage():

@@ -20,6 +20,7 @@ from ..measure import MeasureConfig, as_module
 from ..measure.check import random_array
 from ..measure.metaschedule import metaschedule_session
 from ..ops import EPILOGUE_INPUTS, OpProgram, generate
+from ..ops.activation import parse_step, torch_value
 from ..ops.operators import Conv, MatMul, TransposedConv
 from ..target import make_target, target_cores, use_tvm_threads
 from .base import (
@@ -177,10 +178,8 @@ def torch_function(program: OpProgram) -> Callable[..., torch.Tensor]:
                 out = out + next(rest).view(shape)
             elif step == "residual":
                 out = out + next(rest)
-            elif step == "relu6":
-                out = torch.clamp(out, 0.0, 6.0)
             else:
-                out = torch.relu(out)
+                out = torch_value(parse_step(step), out)
         return out
 
     return fn

@@ -4,14 +4,17 @@ A fused task such as ``conv2d -> subtract -> divide -> multiply -> add -> add ->
 block by block: the complex block becomes an :mod:`altenv.ops` workload, per-channel affine
 steps with constant operands (a decomposed batch norm, a bias) are folded offline into the
 weights and one bias vector (ALT transforms constant weights offline), a same-shape
-non-constant ``add`` becomes the ``residual`` epilogue, and a trailing ``relu`` or ``clip``
-becomes the activation. Anything else keeps the original task (the caller warns).
+non-constant ``add`` becomes the ``residual`` epilogue, and the elementwise blocks after
+them that read no tensor but their own chain (``relu``, a clip, SiLU's ``x * sigmoid(x)``,
+GELU, ...) become one activation expression. Anything else keeps the original task (the
+caller warns).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import tvm.ir.expr as ire
@@ -21,6 +24,7 @@ from tvm import tirx
 from altenv.graph.ops_match import ComplexOp, get_blocks
 from altenv.layout import Layout
 from altenv.ops import LayoutTemplate, OpProgram, generate, parse_workload
+from altenv.ops.activation import UNARY, Tree, step_text
 
 AFFINE = {pe.Add: "add", pe.Sub: "sub", pe.Mul: "mul", pe.Div: "div"}
 
@@ -42,7 +46,8 @@ class ComplexLowering:
     affine: per-channel steps ``(op, operand)`` in order, ``op`` in add/sub/mul/div and the
         operand a parameter position (``int``) or an immediate (``float``).
     residual_arg: parameter position of a same-shape residual added after the affine steps.
-    activation: ``None``, ``"relu"`` or ``"relu6"`` (a clip to [0, 6]).
+    activation: ``None`` or the activation step after them (:mod:`altenv.ops.activation`:
+        ``relu``, ``silu``, ``clip(-1.0,2.0)``, ... or an expression in ``x``).
     data_pads: zero padding ``(before, after)`` per data dim, done by the data's producer.
     """
 
@@ -195,36 +200,93 @@ def _plain_prologue(func: tirx.PrimFunc, prologue: Sequence[str]) -> bool:
 
 
 def _epilogue(func: tirx.PrimFunc, op: ComplexOp, constant_args: set[int],
-              out_shape: tuple[int, ...]) -> tuple[tuple, int | None, tuple | None]:
-    """Read the blocks after the complex block as affine steps, a residual and an activation."""
+              out_shape: tuple[int, ...]) -> tuple[tuple, int | None, str | None]:
+    """Read the blocks after the complex block as affine steps, a residual, then an
+    activation: the rest of the blocks, which read no parameter, as one expression tree of
+    the value before them (:mod:`altenv.ops.activation`). A step of the chain and a
+    constant whose input a later block reads too (``x`` in ``x * sigmoid(x)``) starts the
+    activation instead of folding."""
     blocks = get_blocks(func)
     params = list(func.params)
     pos = next(i for i, b in enumerate(blocks) if b.name_hint == op.block)
     chain = blocks[pos].writes[0].source
     affine: list[tuple[str, int | float]] = []
     residual: int | None = None
-    activation: str | None = None
-    for blk in blocks[pos + 1:]:
+    trees: dict[Any, Tree] | None = None  # buffer -> its value's tree, once activated
+    tail = blocks[pos + 1:]
+    for k, blk in enumerate(tail):
         store = blk.body
-        if activation is not None or not isinstance(store, tirx.BufferStore):
-            raise NotMappable(f"epilogue block {blk.name_hint} after the activation or opaque")
+        if not isinstance(store, tirx.BufferStore):
+            raise NotMappable(f"epilogue block {blk.name_hint} is opaque")
         ivars = [iv.var for iv in blk.iter_vars]
-        activation = _activation(store.value, chain, ivars)
-        if activation is None:
-            step, operand = _binary(store.value, chain, ivars, params)
-            if isinstance(operand, int) and operand not in constant_args:
-                if step != "add" or residual is not None or \
-                        tuple(int(d) for d in params[operand].ty.shape) != out_shape:
-                    raise NotMappable(f"non-constant operand in epilogue step {step}")
-                residual = operand
-            elif residual is not None:
-                raise NotMappable(f"affine step {step} after the residual add")
-            else:
-                affine.append((step, operand))
+        if trees is None:
+            step = _affine_or_residual(store.value, chain, ivars, params, constant_args,
+                                       out_shape, residual)
+            read_later = any(r.source.same_as(chain) for b in tail[k + 1:] for r in b.reads)
+            if step is not None and not read_later:
+                name, operand = step
+                if name == "residual":
+                    residual = operand  # type: ignore[assignment]
+                elif residual is not None:
+                    raise NotMappable(f"affine step {name} after the residual add")
+                else:
+                    affine.append((name, operand))
+                chain = store.buffer
+                continue
+            trees = {chain: "x"}
+        trees[store.buffer] = _tree(store.value, trees, ivars, params)
         chain = store.buffer
     if not chain.same_as(params[-1]):
         raise NotMappable("the epilogue does not end in the task's output")
-    return tuple(affine), residual, activation
+    return tuple(affine), residual, None if trees is None else step_text(trees[chain])
+
+
+def _affine_or_residual(value: object, chain: object, ivars: list, params: list,
+                        constant_args: set[int], out_shape: tuple[int, ...],
+                        residual: int | None) -> tuple[str, int | float] | None:
+    """An affine step ``(op, operand)`` or ``("residual", arg)``, or ``None`` when the
+    block is no binary step of the chain and a parameter or an immediate."""
+    try:
+        step, operand = _binary(value, chain, ivars, params)
+    except NotMappable:
+        return None
+    if isinstance(operand, int) and operand not in constant_args:
+        if step != "add" or residual is not None or \
+                tuple(int(d) for d in params[operand].ty.shape) != out_shape:
+            raise NotMappable(f"non-constant operand in epilogue step {step}")
+        return "residual", operand
+    return step, operand
+
+
+_TREE_OPS = {pe.Add: "add", pe.Sub: "sub", pe.Mul: "mul", pe.Div: "div", pe.Max: "max",
+             pe.Min: "min", pe.LT: "lt", pe.LE: "le", pe.GT: "gt", pe.GE: "ge"}
+
+
+def _tree(expr: object, trees: dict[Any, Tree], ivars: list, params: list) -> Tree:
+    """An elementwise expression as a tree over the activation's input ``x``: loads of
+    buffers written since (at the block's own indices) become their trees."""
+    if isinstance(expr, ire.TensorLoad):
+        for buf, tree in trees.items():
+            if _is_chain(expr, buf, ivars):
+                return tree
+        if any(p.same_as(expr.source) for p in params):
+            raise NotMappable("an epilogue step reading a tensor after an activation")
+        raise NotMappable("an epilogue reading another element than its own")
+    imm = _imm(expr)
+    if imm is not None:
+        return imm
+    name = _TREE_OPS.get(type(expr))
+    if name is not None:
+        return (name, _tree(expr.a, trees, ivars, params), _tree(expr.b, trees, ivars, params))
+    if isinstance(expr, pe.Select):
+        return ("select", *(_tree(e, trees, ivars, params)
+                            for e in (expr.condition, expr.true_value, expr.false_value)))
+    if isinstance(expr, ire.Call):
+        name = str(expr.op.name).rsplit(".", 1)[-1]
+        if name in UNARY and len(expr.args) == 1:
+            return (name, _tree(expr.args[0], trees, ivars, params))
+        raise NotMappable(f"epilogue call {name}")
+    raise NotMappable(f"epilogue expression {type(expr).__name__}")
 
 
 def _is_chain(expr: object, chain: object, ivars: list) -> bool:
@@ -235,25 +297,6 @@ def _is_chain(expr: object, chain: object, ivars: list) -> bool:
 
 def _imm(expr: object) -> float | None:
     return float(expr.value) if isinstance(expr, (pe.FloatImm, pe.IntImm)) else None
-
-
-def _activation(value: object, chain: object, ivars: list) -> str | None:
-    """``max(x, 0)`` -> relu; a clip to [0, 6] (``max(min(x, 6), 0)`` or
-    ``min(max(x, 0), 6)``) -> relu6; other clips are not mappable."""
-    if not isinstance(value, (pe.Max, pe.Min)) or _imm(value.b) is None:
-        return None
-    if _is_chain(value.a, chain, ivars):
-        if isinstance(value, pe.Max) and _imm(value.b) == 0.0:
-            return "relu"
-        raise NotMappable("a one-sided min/max epilogue")
-    inner = value.a
-    if type(inner) is type(value) or not isinstance(inner, (pe.Max, pe.Min)) or \
-            _imm(inner.b) is None or not _is_chain(inner.a, chain, ivars):
-        raise NotMappable("an unrecognised min/max epilogue")
-    bounds = sorted((_imm(value.b), _imm(inner.b)))
-    if bounds != [0.0, 6.0]:
-        raise NotMappable(f"a clip to {bounds} (only relu6's [0, 6] is generated)")
-    return "relu6"
 
 
 def _binary(value: object, chain: object, ivars: list, params: list) -> tuple[str, int | float]:

@@ -4,7 +4,7 @@ Every tensor is a placeholder of its *physical* shape; each read goes through it
 layout's logical->physical map. The output's loop nest is rebuilt from its physical
 shape: the new loops are the output's physical dims, and the logical indices the body
 needs come from the layout's physical->logical map (``S_Y^-1`` in ALT §6). Epilogues
-(bias add, residual add, relu) are generated in the output's layout so they align with
+(bias add, residual add, activations) are generated in the output's layout so they align with
 the main loop nest for fusion.
 """
 
@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Annotated, Any
 
 import numpy as np
+import torch
 import tvm
+from pydantic import AfterValidator
 from tvm import te, tirx
 from tvm.sym.analyzer import Analyzer
 
@@ -23,14 +25,16 @@ from ..layout import Layout
 from ..layout.convert import conversion_stage
 from ..layout.primitives import Reorder, Split, StoreAt
 from ..target import make_target
+from .activation import NAMES, canonical_step, parse_step, te_value, torch_value
 from .operators import Operator, operator_for
 from .workload import Workload, parse_workload
 
-Epilogue = Literal["bias", "residual", "relu", "relu6"]
+Epilogue = Annotated[str, AfterValidator(canonical_step)]
 """An elementwise step fused after an operator, in the order given: add a per-channel
-``bias``, add a ``residual`` tensor of the output's shape, ``relu``, or ``relu6`` (a clip to
-[0, 6]). Configs and suites take these names."""
-EPILOGUES: tuple[str, ...] = get_args(Epilogue)
+``bias``, add a ``residual`` tensor of the output's shape, or an activation
+(:mod:`altenv.ops.activation`: ``relu``, ``relu6``, ``silu``, ``gelu``, ``clip(lo,hi)``,
+``leaky_relu(a)``, ... or an expression in ``x``). Configs and suites take these."""
+EPILOGUES: tuple[str, ...] = ("bias", "residual", *NAMES)
 EPILOGUE_INPUTS = ("bias", "residual")
 """The steps that read a tensor of their own (an argument after ``data`` and ``weight``)."""
 
@@ -123,10 +127,8 @@ class OpProgram:
                 out = out + raw["bias"].reshape(shape)
             elif step == "residual":
                 out = out + raw["residual"]
-            elif step == "relu":
-                out = np.maximum(out, 0)
-            elif step == "relu6":
-                out = np.clip(out, 0, 6)
+            else:
+                out = torch_value(parse_step(step), torch.from_numpy(out)).numpy()
         return out.astype(self.op.out_dtype)
 
     def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
@@ -149,8 +151,8 @@ def generate(workload: str | Workload, layouts: Mapping[str, Layout] | None = No
 
     ``layouts`` maps tensor names (``data``, ``weight``, ``out``, and for epilogues
     ``bias`` and ``residual``) to :class:`Layout` objects over their logical shapes. The
-    residual shares the output layout unless given. ``epilogue`` is an ordered subset of
-    ``bias``, ``residual``, ``relu``, ``relu6`` (``clip(x, 0, 6)``).
+    residual shares the output layout unless given. ``epilogue`` is a sequence of
+    :data:`Epilogue` steps: ``bias``, ``residual`` and activations.
 
     ``reduce`` is a layout of the reduction domain (logical shape: the operator's
     reduction extents): the reduction loops become its physical dims, e.g. an intrinsic
@@ -168,8 +170,8 @@ def generate(workload: str | Workload, layouts: Mapping[str, Layout] | None = No
     wl = parse_workload(workload)
     op = operator_for(wl)
     for step in epilogue:
-        if step not in EPILOGUES:
-            raise ValueError(f"epilogue: unknown step {step!r}; allowed: {', '.join(EPILOGUES)}")
+        if step not in EPILOGUE_INPUTS:
+            parse_step(step)  # a ValueError naming what is allowed
     layouts = dict(layouts or {})
     shapes = dict(op.input_shapes())
     shapes["out"] = op.out_shape()
@@ -248,12 +250,11 @@ def _epilogue(step: str, prev: te.Tensor, out_layout: Layout, layouts: dict[str,
               op: Operator, weight: te.Tensor) -> tuple[te.Tensor, te.Tensor | None]:
     """One elementwise stage in the output layout; returns (result, new input or None)."""
     dtype = op.out_dtype
-    if step == "relu":
-        return te.compute(prev.shape, lambda *p: tirx.max(prev(*p), tirx.const(0, dtype)),
-                          name="relu"), None
-    if step == "relu6":
-        return te.compute(prev.shape, lambda *p: tirx.max(
-            tirx.min(prev(*p), tirx.const(6, dtype)), tirx.const(0, dtype)), name="relu6"), None
+    if step not in EPILOGUE_INPUTS:
+        tree = parse_step(step)
+        name = step if step.isidentifier() else "activation"
+        return te.compute(prev.shape, lambda *p: te_value(tree, prev(*p), dtype),
+                          name=name), None
     if step == "residual":
         res_layout = layouts["residual"]
         res = te.placeholder(res_layout.shape, dtype, name="residual")
