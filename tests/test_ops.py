@@ -284,7 +284,7 @@ def test_activation_steps_round_trip_through_records_keys():
     for want, text in spellings.items():
         step = canonical_step(text)
         assert step == want
-        task = OpTask("c2d:N=1,I=4,O=8,H=6,W=6,KH=3,KW=3,pad=1", epilogue=("bias", step))
+        task = OpTask("c2d:N=1,I=4,O=8,H=6,W=6,KH=3,KW=3,pad=1", epilogue=("bias", text))
         assert split_key(task.key) == (str(task.workload), ("bias", step))
         assert parse_step(step) == parse_step(text)
     with pytest.raises(ValueError, match="allowed: bias, residual, relu, relu6, sigmoid"):

@@ -22,6 +22,7 @@ import tvm
 from ..mapping import MappingTemplate
 from ..measure import CorrectnessCheck
 from ..ops import LayoutTemplate, OpProgram, parse_workload
+from ..ops.activation import canonical_step
 from ..ops.templates import Template
 from ..space import LoopPoint, LoopSpace
 from ..target import make_target
@@ -52,7 +53,9 @@ class OpTask:
     target:
         A target (``None``: this host's CPU).
     epilogue:
-        Elementwise steps fused after the operator (``bias``, ``residual``, ``relu``).
+        Elementwise steps fused after the operator (``bias``, ``residual``, activations
+        such as ``relu`` or ``clip(-1,2)``), kept in canonical form so that one epilogue
+        has one records key.
     levels:
         Tiling levels of the layout template.
     cache_size:
@@ -67,7 +70,7 @@ class OpTask:
                  levels: int = 1, cache_size: int = 16, mapping: str = "none"):
         self.workload = parse_workload(workload)
         self.target: tvm.target.Target = make_target(target)
-        self.epilogue = tuple(epilogue)
+        self.epilogue = tuple(canonical_step(step) for step in epilogue)
         self.mapping = mapping
         self.template: Template = (
             LayoutTemplate(self.workload, levels=levels) if mapping == "none" else
