@@ -25,7 +25,7 @@ from ..layout import Layout
 from ..layout.convert import conversion_stage
 from ..layout.primitives import Reorder, Split, StoreAt
 from ..target import make_target
-from .activation import NAMES, canonical_step, parse_step, te_value, torch_value
+from .activation import canonical_step, parse_step, te_value, torch_value
 from .operators import Operator, operator_for
 from .workload import Workload, parse_workload
 
@@ -34,7 +34,6 @@ Epilogue = Annotated[str, AfterValidator(canonical_step)]
 ``bias``, add a ``residual`` tensor of the output's shape, or an activation
 (:mod:`altenv.ops.activation`: ``relu``, ``relu6``, ``silu``, ``gelu``, ``clip(lo,hi)``,
 ``leaky_relu(a)``, ... or an expression in ``x``). Configs and suites take these."""
-EPILOGUES: tuple[str, ...] = ("bias", "residual", *NAMES)
 EPILOGUE_INPUTS = ("bias", "residual")
 """The steps that read a tensor of their own (an argument after ``data`` and ``weight``)."""
 
