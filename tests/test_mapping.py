@@ -30,6 +30,7 @@ from altenv.ops import generate, run_numpy
 from altenv.records import RecordDB
 from altenv.space import LoopSpace
 from altenv.space.avx2 import AVX2_DOT_8x4_INTRIN
+from altenv.space.constraints import Hardware, LayoutConstraints
 from altenv.space.vnni import VNNI_DOT_16x4_INTRIN
 from altenv.target import make_target
 from altenv.tuning import Budget, OpTask, TuningSession, tune
@@ -263,3 +264,13 @@ def test_tuning_with_amos_mapping_resumes(tmp_path):
         resumed = TuningSession(OpTask(C2D_INT8, mapping="amos"), measurer,
                                 RecordDB(tmp_path / "records.jsonl"))
         assert resumed.trials == 8 and resumed.best[0] == cand
+
+
+def test_layout_constraints_draw_mapping_indices():
+    """A mapping knob takes the mappings' indices, not the divisors of their count, so the
+    evolution and heron agents draw only mappings that exist."""
+    task = OpTask("c2d:N=1,I=16,O=16,H=8,W=8,KH=3,KW=3,pad=1,dtype=int8", mapping="amos")
+    count = len(task.template.mappings)
+    model = LayoutConstraints(task.template, Hardware.of(task.target))
+    drawn = {model.factors(g)["mapping"] for g in model.sample(4 * count, np.random.default_rng(0))}
+    assert drawn == set(range(count))

@@ -132,6 +132,10 @@ class MappingTemplate:
         """The first mapping (least padding; the best objective for ``cp_embedding``)."""
         return {"mapping": 0}
 
+    def choices(self, knob: Knob) -> list[int]:
+        """Every mapping's index."""
+        return list(range(len(self.mappings)))
+
     def blocked_factors(self, lanes: int) -> None:
         """None: the mapping decides the layouts."""
         return None

@@ -71,6 +71,9 @@ class Template(Protocol):
     def default_factors(self) -> dict[str, int]:
         """The factors of the untuned layout."""
 
+    def choices(self, knob: Knob) -> list[int]:
+        """The values ``knob`` takes."""
+
     def blocked_factors(self, lanes: int) -> dict[str, int] | None:
         """The vendor-style blocked layout for ``lanes``-element vectors, ``None`` where
         there is none."""
@@ -155,6 +158,10 @@ class LayoutTemplate:
         """Untiled layouts: channel tiles 1 and whole spatial tiles (physically NCHW/MKN)."""
         spatial = {s.lower() + "t" for s in SPATIAL}
         return {k.name: k.extent if k.level == 0 and k.name in spatial else 1 for k in self.knobs}
+
+    def choices(self, knob: Knob) -> list[int]:
+        """The divisors of the dim ``knob`` tiles."""
+        return divisors(knob.extent)
 
     def blocked_factors(self, lanes: int) -> dict[str, int]:
         """The vendor-style blocked layouts: convolutions as TVM's x86 ``NCHW[x]c`` (every

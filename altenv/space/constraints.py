@@ -49,7 +49,7 @@ from tvm.s_tir import Schedule
 from tvm.tirx.analysis import undefined_vars
 
 from altenv.ops.operators import Conv
-from altenv.ops.templates import LayoutTemplate, divisors
+from altenv.ops.templates import Template, divisors
 
 from .loop_space import LoopPoint, LoopSpace
 from .subspace import CategoricalSubspace, ComputeLocationSubspace, TileSubspace
@@ -278,14 +278,14 @@ class ConstraintModel:
 
 # ------------------------------------------------------------------------- layouts
 class LayoutConstraints(ConstraintModel):
-    """The layout template's knobs as genes ``layout.{knob}``: divisors of their dims,
-    the levels of a multi-level dim dividing it together, and (``hardware``) the knobs
-    that tile a tensor's innermost dim vector-friendly (1, a multiple of the lanes, or
-    the whole dim)."""
+    """The layout template's knobs as genes ``layout.{knob}``: the values each knob takes
+    (divisors of its dim; an intrinsic mapping's indices), the levels of a multi-level dim
+    dividing it together, and (``hardware``) the knobs that tile a tensor's innermost dim
+    vector-friendly (1, a multiple of the lanes, or the whole dim)."""
 
-    def __init__(self, template: LayoutTemplate, hardware: Hardware | None = None):
+    def __init__(self, template: Template, hardware: Hardware | None = None):
         self.template, self.hardware = template, hardware
-        genes = {LAYOUT + k.name: divisors(k.extent) for k in template.knobs}
+        genes = {LAYOUT + k.name: template.choices(k) for k in template.knobs}
         constraints: list[Constraint] = []
         bases: dict[str, list[str]] = {}
         for knob in template.knobs:
@@ -307,7 +307,8 @@ class LayoutConstraints(ConstraintModel):
                     rows = {(v,) for v in vector(LAYOUT + knob.name, knob.extent)}
                     constraints.append(Allowed((LAYOUT + knob.name,), frozenset(rows)))
             op = template.op
-            if isinstance(op, Conv) and op.groups == op.I == op.O:
+            if (isinstance(op, Conv) and op.groups == op.I == op.O
+                    and LAYOUT + "it" in genes):
                 # depthwise: output lane c reads input channel c, so the input's channel
                 # tile is blocked like the output's (both 1, or both vector-sized)
                 names = (LAYOUT + "it", LAYOUT + "ot")
