@@ -116,9 +116,11 @@ OTHERS_SHARE = 0.1
 
 
 class AgentConfig(Strict):
-    """A search strategy: a registered name or ``module:Class``, with its options."""
+    """A search strategy: a registered name or ``module:Class``, with its options. The
+    default, ``evolution``, is the agent that leads at the default budget of 200 trials
+    (``docs/benchmarks.md``, "Agents at 200 trials")."""
 
-    name: str = "random"
+    name: str = "evolution"
     options: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("name")

@@ -73,7 +73,7 @@ def test_shipped_configs_validate():
 def test_overrides_and_defaults(tmp_path):
     cfg = load_config(None, name="a", workload="gmm:M=8,N=8,K=8", **{"budget.joint": 3})
     assert cfg.budget.joint == 3 and cfg.budget.loop_only == 45
-    assert cfg.agent.name == "random" and cfg.run_dir == Path("runs/a")
+    assert cfg.agent.name == "evolution" and cfg.run_dir == Path("runs/a")
     assert cfg.workload == "gmm:M=8,N=8,K=8"
 
 

@@ -3,6 +3,8 @@ builder workers; correctness checks; RPC measurement through a loopback tracker.
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections.abc import Iterator
 
@@ -28,6 +30,7 @@ from altenv.measure import (
     RPCSettings,
     create,
 )
+from altenv.measure.signals import sigint_deferred
 
 FAST = {"number": 2, "repeat": 3, "min_repeat_ms": 1}
 
@@ -260,3 +263,23 @@ def test_cuda_measurement() -> None:
     with create("local", MeasureConfig(**FAST), target="cuda") as measurer:
         (result,) = measurer.measure([MeasureCandidate(sch, CorrectnessCheck(lambda a, b: a @ b))])
     assert result.ok, result.error
+
+
+def test_sigint_deferred_raises_after_the_block():
+    """Ctrl-C inside the block runs nothing there and reaches the previous handler after."""
+    seen, reached = [], []
+
+    def handler(signum, frame):
+        seen.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with sigint_deferred():
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.05)  # Python runs handlers between bytecodes
+                reached.append(True)
+        assert reached and seen == [signal.SIGINT]
+    finally:
+        signal.signal(signal.SIGINT, previous)

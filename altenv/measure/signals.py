@@ -7,6 +7,11 @@ down and leaves its records to resume from. A process starts with the signal mas
 thread that started it, and keeps it across ``exec``; so the worker pools start their
 processes from threads that block SIGINT. The main thread never blocks it for longer than
 a pool's construction, so Ctrl-C still reaches it.
+
+Inside the main process, a ``KeyboardInterrupt`` raised in a Python callback that C++ code
+called (MetaSchedule's search ranking candidates with a Python cost model) crosses C++
+frames that cannot unwind it and aborts the process; :func:`sigint_deferred` holds Ctrl-C
+back around such calls and raises it after them.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -34,6 +40,26 @@ def sigint_blocked() -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+@contextlib.contextmanager
+def sigint_deferred() -> Iterator[None]:
+    """Ctrl-C noted, not raised, during the block, then handed to the handler that was in
+    place before it (in the main thread; elsewhere Python delivers no signal anyway)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[tuple[int, object]] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append((signum, frame)))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        if callable(previous):
+            previous(*caught[0])
+        elif previous != signal.SIG_IGN:
+            raise KeyboardInterrupt
 
 
 def exit_on_sigint() -> None:

@@ -19,6 +19,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.runner import RunnerResult
 
 from ..costmodel import FAILED_COST, extract_features
+from ..measure.signals import sigint_deferred
 from .session import TuningSession
 from .task import Candidate, Factors
 
@@ -71,8 +72,9 @@ class LayoutLoopSearch:
         self.database = ms.database.MemoryDatabase()
         self._workload = self.database.commit_workload(self.space.mod)
         # no trial limit here: the session enforces the budget
-        self.strategy.pre_tuning(1 << 30, batch, design_spaces, self.database,
-                                 _SessionCostModel(session))
+        with sigint_deferred():  # the strategy calls the cost model back from C++
+            self.strategy.pre_tuning(1 << 30, batch, design_spaces, self.database,
+                                     _SessionCostModel(session))
         self._committed: set[Candidate] = set()
         self._pending: list[tuple[ms.MeasureCandidate, Candidate | None]] = []
 
@@ -94,7 +96,8 @@ class LayoutLoopSearch:
                 [mc for mc, _ in self._pending],
                 [self._result(c) for _, c in self._pending])
         self._commit()
-        generated = self.strategy.generate_measure_candidates() or []
+        with sigint_deferred():  # the search calls the cost model back from C++
+            generated = self.strategy.generate_measure_candidates() or []
         self._pending = []
         for mc in generated:
             point = self.space.point_of(mc.sch)
