@@ -124,6 +124,9 @@ class PPOAgent(Agent):
         Whether the policy keeps learning during a run (``False``: it only acts).
     tensorboard_log:
         Directory for SB3's TensorBoard logs.
+    hardware_constraints:
+        Layouts obey the SIMD-length layout constraints that ``evolution`` samples under
+        (masked bins; constraints between knobs by projecting the layout actor's choice).
     """
 
     def __init__(self, seed: int = 0, checkpoint: str | None = PRETRAINED,
@@ -133,10 +136,11 @@ class PPOAgent(Agent):
                  ent_coef: float = 0.01, policy: str = "MlpPolicy",
                  policy_kwargs: dict[str, Any] | None = None, zero_shot_budget: int = 16,
                  zero_shot_seconds: float = 10.0, learn: bool = True,
-                 tensorboard_log: str | None = None):
+                 tensorboard_log: str | None = None, hardware_constraints: bool = True):
         self.seed = seed
         self.env_options = {"episode_layouts": episode_layouts, "loop_rounds": loop_rounds,
-                            "walk_length": walk_length}
+                            "walk_length": walk_length,
+                            "hardware_constraints": hardware_constraints}
         self.ppo_options = {"n_steps": n_steps, "batch_size": batch_size, "n_epochs": n_epochs,
                             "learning_rate": learning_rate, "gamma": gamma,
                             "gae_lambda": gae_lambda, "ent_coef": ent_coef}

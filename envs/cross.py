@@ -17,6 +17,7 @@ from altenv.ops import LayoutTemplate, divisors
 from altenv.ops.features import WORKLOAD_FEATURES, workload_features
 from altenv.ops.templates import Template
 from altenv.space import LoopPoint, LoopSpace
+from altenv.space.constraints import Hardware, LayoutConstraints
 from altenv.tuning import Candidate, OpTask, TuningSession, freeze
 from altenv.tuning.task import Factors
 
@@ -161,6 +162,7 @@ class CrossExplorationEnv(TuningEnv):
     | batch             | 32         | points sampled per round                            |
     | top_k             | 8          | points measured per visit (measure mode)            |
     | layout            | None       | fixed template factors (the loop-only stage)        |
+    | hardware_constraints | False   | layouts obey the SIMD-length layout constraints     |
     | epilogue, levels  | (), 1      | OpTask options (with spec strings; levels <= 2)     |
     | session           | None       | TuningSession to share (task, records, cost model)  |
     | measurer, db_path | None       | share a measurer / records file (else made lazily)  |
@@ -181,7 +183,8 @@ class CrossExplorationEnv(TuningEnv):
                  levels: int = 1, session: TuningSession | None = None,
                  measurer: Measurer | None = None, db_path: str | Path | None = None,
                  cost_model: CostModel | str | Path | None = None,
-                 reference_latency: float | None = None, render_mode: str | None = None):
+                 reference_latency: float | None = None, hardware_constraints: bool = False,
+                 render_mode: str | None = None):
         if render_mode not in (None, *self.metadata["render_modes"]):
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
         if min(episode_layouts, loop_rounds, walk_length, batch, top_k) < 1:
@@ -201,7 +204,9 @@ class CrossExplorationEnv(TuningEnv):
         self._backend_args = (reward_source, session, measurer, db_path, cost_model,
                               reference_latency)
         self._target, self._epilogue, self._levels = target, tuple(epilogue), levels
+        self.hardware_constraints = hardware_constraints
         self._backends: dict[str, Backend] = {}
+        self._constraints: dict[str, LayoutConstraints | None] = {}
         specs = list(workload) if many else [workload]
         self.workloads = [s for s in specs if isinstance(s, str)]
         self.backend = self._backend(specs[0])
@@ -237,6 +242,20 @@ class CrossExplorationEnv(TuningEnv):
             self._backends[key] = backend
         return backend
 
+    @property
+    def layout_constraints(self) -> LayoutConstraints | None:
+        """The current workload's SIMD-length layout constraints (``hardware_constraints``):
+        the masks keep each knob's allowed bins and a layout step's factors are projected
+        onto the nearest legal layout (constraints between knobs, which independent heads
+        cannot express)."""
+        if not self.hardware_constraints:
+            return None
+        key = self.task.key
+        if key not in self._constraints:
+            self._constraints[key] = LayoutConstraints(self.task.template,
+                                                       Hardware.of(self.task.target))
+        return self._constraints[key]
+
     # ------------------------------------------------------------------ gym API
     @property
     def layout_phase(self) -> bool:
@@ -263,8 +282,11 @@ class CrossExplorationEnv(TuningEnv):
         action = finite_action(action).astype(np.int64)
         info: dict[str, Any] = {}
         if self.layout_phase:
-            self._start_visit(freeze(factors_from_bins(self.task.template,
-                                                       action[:len(SLOTS)])))
+            factors = factors_from_bins(self.task.template, action[:len(SLOTS)])
+            constraints = self.layout_constraints
+            if constraints is not None:
+                factors = constraints.nearest(factors)
+            self._start_visit(freeze(factors))
             reward = self._best  # the visit's first batch
             info["factors"] = dict(self.factors)
         else:
@@ -281,8 +303,13 @@ class CrossExplorationEnv(TuningEnv):
         loop = masks[len(SLOTS) * BINS:].reshape(MAX_SUBSPACES, MAX_DIRECTIONS)
         if self.layout_phase:
             layout[:, 0] = True
+            constraints = self.layout_constraints
             for knob in self.task.template.knobs:
-                layout[SLOTS.index(knob.name)] = [c is not None for c in bin_choices(knob.extent)]
+                legal = (constraints.knob_values(knob.name)
+                         if constraints is not None and knob.level == 0 else None)
+                layout[SLOTS.index(knob.name)] = [
+                    c is not None and (legal is None or c in legal) or b == 0
+                    for b, c in enumerate(bin_choices(knob.extent))]
             loop[:, 0] = True
         else:
             layout[:, 0] = True

@@ -113,6 +113,32 @@ def test_checkers_and_masks(gmm, cost_model):
     env.close()
 
 
+def test_hardware_constraints_mask_bins_and_project_knob_pairs(cost_model):
+    """Layout heads act independently, so a depthwise convolution's tied channel tiles
+    (input blocked like the output) are projected; lone knobs are masked to the SIMD rule."""
+    spec = "dep:N=1,C=64,H=8,W=8,KH=3,KW=3,pad=1"
+    env = CrossExplorationEnv(spec, reward_source="cost_model", cost_model=cost_model,
+                              hardware_constraints=True, **SMALL)
+    env.reset(seed=0)
+    constraints = env.layout_constraints
+    lanes = constraints.hardware.lanes()
+    masks = np.split(env.action_masks(), np.cumsum(ACTION_NVEC)[:-1])
+    allowed = [c for c, m in zip(bin_choices(64), masks[SLOTS.index("ot")]) if m]
+    assert allowed == [c for c in bin_choices(64) if c in (1, 64) or (c or 1) % lanes == 0]
+    action = np.zeros(len(ACTION_NVEC), dtype=np.int64)
+    action[SLOTS.index("it")] = 0  # it = 1 ...
+    action[SLOTS.index("ot")] = int(np.log2(lanes))  # ... with ot = lanes: not allowed
+    _, _, _, _, info = env.step(action)
+    assert info["factors"]["it"] == info["factors"]["ot"] != 1
+    assert constraints.holds(constraints.genes_of(info["factors"]))
+    free = CrossExplorationEnv(spec, reward_source="cost_model", cost_model=cost_model, **SMALL)
+    free.reset(seed=0)
+    assert free.layout_constraints is None
+    assert free.step(action)[-1]["factors"]["it"] == 1
+    env.close()
+    free.close()
+
+
 def test_a_visit_earns_its_best_score(gmm, cost_model):
     env = CrossExplorationEnv(gmm, reward_source="cost_model", cost_model=cost_model, **SMALL)
     rng = np.random.default_rng(1)

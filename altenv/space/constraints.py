@@ -324,6 +324,26 @@ class LayoutConstraints(ConstraintModel):
     def genes_of(self, factors: Mapping[str, int]) -> Genes:
         return {LAYOUT + k: int(v) for k, v in dict(factors).items()}
 
+    def nearest(self, factors: Mapping[str, int]) -> dict[str, int]:
+        """The legal factors closest to ``factors``: knob by knob in template order, the
+        chosen value if the knobs fixed so far still admit a solution with it, else the
+        admissible value nearest on a log scale (the smaller on a tie). Policies that pick
+        knobs independently (one head each) cannot express constraints between knobs, such
+        as a depthwise convolution's equal channel tiles; this projects their choice."""
+        genes = self.genes_of(factors)
+        if self.holds(genes):
+            return dict(factors)
+        rng = np.random.default_rng(0)
+        fixed: dict[str, set[int]] = {}
+        for knob in self.template.knobs:
+            gene, want = LAYOUT + knob.name, max(int(factors[knob.name]), 1)
+            order = sorted(self.values[gene],
+                           key=lambda v: (abs(math.log(v) - math.log(want)), v))
+            fixed[gene] = next(({v} for v in order
+                                if self.solve(rng, {**fixed, gene: {v}}) is not None),
+                               set(self.values[gene]))
+        return self.factors({g: next(iter(v)) for g, v in fixed.items()})
+
     def knob_values(self, knob: str) -> set[int]:
         """Values of one knob that the unary constraints (and tables, per column) allow."""
         gene = LAYOUT + knob
