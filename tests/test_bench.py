@@ -48,6 +48,20 @@ def test_shipped_suites_validate():
     assert {m.model for m in nets.models} == {"resnet18", "mobilenet_v2", "bert_tiny", "r3d_18"}
 
 
+def test_heldout_suite_is_its_seeded_draw_and_disjoint():
+    from altenv.bench.heldout import excluded_specs, heldout_yaml
+    from altenv.suites import SUITE_DIR
+
+    assert heldout_yaml() == (SUITE_DIR / "heldout.yaml").read_text()  # same seed, same file
+    heldout = load_suite("heldout")
+    specs = {w.spec for w in heldout.workloads}
+    assert len(specs) == 18 and {s.split(":")[0] for s in specs} == {
+        "c1d", "c2d", "c3d", "grp", "dep", "dil", "gmm", "t2d", "t3d"}
+    excluded = excluded_specs()
+    assert {w.spec for w in load_suite("alt9").workloads} <= excluded
+    assert not specs & excluded  # nor alt9's, smoke's or the checkpoint's training
+
+
 @pytest.mark.parametrize("fields, message", [
     ({"tuners": ["altenv", "nosuch"]}, "unknown tuner 'nosuch'; allowed:"),
     ({"baselines": ["onnxruntime"]}, "unknown baseline 'onnxruntime'; allowed: tvm-default"),
