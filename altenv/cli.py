@@ -129,6 +129,7 @@ def _bench(args: argparse.Namespace) -> int:
     from .bench.run import run_bench
     from .config import ConfigError, load_config
     from .suites import BenchSuite
+    from .target import make_target
 
     kind = "ops" if args.bench == "ops" else "nets"
     entries = args.workload if kind == "ops" else args.model
@@ -156,8 +157,22 @@ def _bench(args: argparse.Namespace) -> int:
     timings = run_bench(suite, output, args.filter, progress=not args.quiet,
                         retime=args.retime, profile=getattr(args, "profile", False),
                         repair=args.repair)
-    print(report(timings, output, suite.baselines, suite.versus), end="")
+    peak = None
+    if kind == "ops" and make_target(suite.target).kind.name == "llvm":
+        from .bench.peak import cached_peak
+
+        peak = cached_peak(suite.target)
+        if peak is None:
+            print("(no roofline column: run `altenv bench peak` once on this host)")
+    print(report(timings, output, suite.baselines, suite.versus, peak), end="")
     print(f"results: {output / 'results.csv'}, plots: {output}/*.png")
+    return 0
+
+
+def _bench_peak(args: argparse.Namespace) -> int:
+    from .bench.peak import timed_peak  # loads TVM: only when run
+
+    print(timed_peak(args.target, args.refresh), end="")
     return 0
 
 
@@ -299,6 +314,11 @@ def build_parser() -> argparse.ArgumentParser:
     speed.add_argument("--batch", type=int, default=16, help="loop points sampled per round")
     speed.add_argument("--seed", type=int, default=0)
     speed.set_defaults(func=_bench_envs)
+    peak = kinds.add_parser("peak", help="this host's fp32 FMA peak and memory bandwidth "
+                                         "(the roofline of bench ops tables), cached per host")
+    peak.add_argument("--target", help="TVM target (default: this host)")
+    peak.add_argument("--refresh", action="store_true", help="measure again, ignoring the cache")
+    peak.set_defaults(func=_bench_peak)
     return parser
 
 

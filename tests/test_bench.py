@@ -48,6 +48,20 @@ def test_shipped_suites_validate():
     assert {m.model for m in nets.models} == {"resnet18", "mobilenet_v2", "bert_tiny", "r3d_18"}
 
 
+def test_heldout_suite_is_its_seeded_draw_and_disjoint():
+    from altenv.bench.heldout import excluded_specs, heldout_yaml
+    from altenv.suites import SUITE_DIR
+
+    assert heldout_yaml() == (SUITE_DIR / "heldout.yaml").read_text()  # same seed, same file
+    heldout = load_suite("heldout")
+    specs = {w.spec for w in heldout.workloads}
+    assert len(specs) == 18 and {s.split(":")[0] for s in specs} == {
+        "c1d", "c2d", "c3d", "grp", "dep", "dil", "gmm", "t2d", "t3d"}
+    excluded = excluded_specs()
+    assert {w.spec for w in load_suite("alt9").workloads} <= excluded
+    assert not specs & excluded  # nor alt9's, smoke's or the checkpoint's training
+
+
 @pytest.mark.parametrize("fields, message", [
     ({"tuners": ["altenv", "nosuch"]}, "unknown tuner 'nosuch'; allowed:"),
     ({"baselines": ["onnxruntime"]}, "unknown baseline 'onnxruntime'; allowed: tvm-default"),
@@ -143,6 +157,64 @@ def test_report_geomeans_are_over_workloads():
     assert geomean([2.0, 8.0, math.inf, math.nan]) == pytest.approx(4.0)
     assert trials_to_reach([5.0, 3.0, 2.0, 1.0], 2.0) == 3
     assert trials_to_reach([5.0, 3.0], 2.0) == math.inf
+
+
+def test_roofline_column_divides_by_the_bound_that_limits():
+    """``% roof``: GFLOP/s over min(peak, intensity x bandwidth) of this host's measured
+    peak; a timing from another host gets none."""
+    from altenv.bench.peak import Peak, operator_traffic
+
+    peak = Peak(host="h", target="llvm -mcpu=x", cores=2, lanes=16, gflops=100.0,
+                gflops_one_core=50.0, gbs=10.0, triad_mib=64.0, tvm="0")
+    gemm = "gmm:M=64,N=64,K=64"  # 524288 FLOP over 3 x 16 KiB: 10.7 FLOP/byte
+    flops, nbytes = operator_traffic(gemm)
+    assert (flops, nbytes) == (2 * 64**3, 3 * 64 * 64 * 4)
+    assert peak.bound(flops, nbytes) == (100.0, "flop")
+    vector = "gmm:M=1,N=64,K=64"  # a GEMV: 0.5 FLOP/byte, bandwidth-bound
+    flops_v, nbytes_v = operator_traffic(vector, ["bias"])
+    assert nbytes_v == (64 + 64 * 64 + 64 + 64) * 4
+    assert peak.bound(flops_v, nbytes_v) == (pytest.approx(flops_v / nbytes_v * 10), "mem")
+    timings = [_timing("g", {"altenv": 1e-5, "metaschedule": 2e-5}),
+               _timing("v", {"altenv": 1e-6, "metaschedule": 1e-6}),
+               _timing("elsewhere", {"altenv": 1e-5, "metaschedule": 1e-5})]
+    for timing, spec, target in zip(timings, [gemm, vector, gemm],
+                                    [peak.target, peak.target, "llvm -mcpu=y"]):
+        timing.update(spec=spec, target=target, epilogue=["bias"] if spec == vector else [])
+    rows = rows_of(timings, ["torch"], peak=peak)
+    altenv = {r["workload"]: r for r in rows if r["tuner"] == "altenv"}
+    assert altenv["g"]["roof_fraction"] == pytest.approx(flops / 1e-5 / 1e9 / 100)
+    assert altenv["v"]["bound"] == "mem" and "roof_fraction" not in altenv["elsewhere"]
+    table = format_table(timings, rows, ["torch"], peak=peak)
+    assert "best % roof" in table and f"{flops / 1e-5 / 1e11:.0%} flop" in table
+    assert "best % roof" not in format_table(timings, rows, ["torch"])
+
+
+@pytest.mark.slow
+def test_bench_peak_measures_and_caches(tmp_path, monkeypatch, capsys):
+    """``altenv bench peak``: an FMA kernel that compiles to FMA instructions, a triad,
+    cached per host (small arrays here; the real triad streams past the last cache)."""
+    import tvm
+
+    from altenv.bench import peak as peak_mod
+    from altenv.target import make_target
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(peak_mod, "MAX_ARRAY_BYTES", 1 << 20)
+    monkeypatch.setattr(peak_mod, "FMA_SECONDS", 0.002)
+    target = make_target(None)
+    if "x86" in str(target.attrs.get("mtriple", "")) and \
+            tvm.target.codegen.llvm_cpu_has_features("fma", target):
+        lib = tvm.compile(peak_mod._fma_kernel(1, 8, 4), target=target)
+        assert "vfmadd" in lib.mod.inspect_source("asm")
+    assert peak_mod.cached_peak() is None
+    assert main(["bench", "peak"]) == 0
+    first = capsys.readouterr().out
+    assert "measured in" in first and "GFLOP/s on one" in first and "GB/s" in first
+    cached = peak_mod.cached_peak()
+    assert cached.gflops > 0 and cached.gbs > 0 and cached.triad_mib == 1.0
+    assert peak_mod.cache_path().parent == tmp_path / "altenv"
+    assert main(["bench", "peak"]) == 0
+    assert "(cached)" in capsys.readouterr().out and peak_mod.host_peak() == cached
 
 
 def test_reference_tuners_other_than_metaschedule():

@@ -16,6 +16,7 @@ from altenv.costmodel import CostModel
 from altenv.ops import LayoutTemplate, parse_workload
 from altenv.ops.draw import draw_workloads
 from altenv.ops.features import WORKLOAD_FEATURES, workload_features
+from altenv.ops.operators import operator_for
 from altenv.tuning import OpTask
 from envs.cross import (
     ACTION_NVEC,
@@ -89,6 +90,11 @@ def test_draw_is_seeded_distinct_and_excludes():
     assert first[0] not in draw_workloads(18, seed=3, max_gflop=0.05, exclude=[first[0]])
     with pytest.raises(ValueError, match="kinds"):
         draw_workloads(2, 0, kinds=["c4d"])
+    sized = draw_workloads(9, seed=3, max_gflop=0.05, min_gflop=0.01)
+    assert min(operator_for(parse_workload(w)).flops() for w in sized) >= 0.01e9
+    assert min(operator_for(parse_workload(w)).flops() for w in first) < 0.01e9
+    with pytest.raises(ValueError, match="min_gflop"):
+        draw_workloads(2, 0, max_gflop=0.05, min_gflop=0.05)
 
 
 def test_checkers_and_masks(gmm, cost_model):

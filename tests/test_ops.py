@@ -101,6 +101,44 @@ def test_blocked_layouts_are_tvm_nchwc_and_packed_gmm():
     check(generate("gmm:M=8,N=48,K=32", gmm.layouts(gmm.blocked_factors(16)), ("bias",)))
 
 
+@pytest.mark.parametrize("spec, factors", [
+    ("gmm:M=20,N=30,K=12,batch=2", {"mt": 8, "nt": 16, "kt": 4}),
+    ("c2d:I=3,O=30,H=6,W=6,KH=3,KW=3,pad=1", {"ht": 6, "wt": 3, "ot": 8, "it": 3,
+                                             "it_w": 1, "ot_w": 16}),
+    ("dep:C=20,H=6,W=6,KH=3,KW=3,pad=1", {"ht": 6, "wt": 6, "ot": 8, "it": 8, "it_w": 1,
+                                          "ot_w": 8}),
+    ("t2d:I=20,O=30,H=5,W=5,KH=3,KW=3,stride=2,pad=1", {"ht": 1, "wt": 9, "ot": 16,
+                                                         "it": 8, "it_w": 8, "ot_w": 8}),
+])
+def test_padded_tiles_block_awkward_dims(spec, factors):
+    """ALT's pad: a channel or GEMM dim takes a vector-wide tile that does not divide it;
+    every tensor holding it is zero-padded to the same multiple, the result is cropped, and
+    the padded output points read in-bounds zeros rather than being guarded (a guard on a
+    vector lane keeps TVM from vectorizing)."""
+    template = LayoutTemplate(spec)
+    program = template.generate(factors, ("bias", "relu"))
+    main = program.func.script().split("T.init()")[1].split("T.sblock")[0]
+    assert "if_then_else" not in main
+    check(program, seed=1)
+
+
+def test_padded_tiles_are_choices_within_the_waste_bound():
+    gmm = LayoutTemplate("gmm:M=200,N=300,K=120")
+    mt, nt, kt = gmm.knobs
+    assert [c for c in gmm.choices(nt) if 300 % c] == [8, 16, 32, 64]  # 304, 320
+    assert [c for c in gmm.choices(kt) if 120 % c] == [16, 32, 64]  # 128
+    assert [c for c in gmm.choices(mt) if 200 % c] == [16, 32]  # 208, 224; 64 pads 28 %
+    assert gmm.blocked_factors(16) == {"mt": 1, "nt": 16, "kt": 120}  # was nt=15
+    assert gmm.layouts(gmm.blocked_factors(16))["weight"].shape == (1, 19, 120, 16)
+    with pytest.raises(ValueError, match="nt=.7. must divide N=300"):
+        gmm.layouts({"mt": 1, "nt": 7, "kt": 1})
+    grp = LayoutTemplate("grp:I=20,O=30,groups=2,H=6,W=6,KH=3,KW=3,pad=1")
+    ot = next(k for k in grp.knobs if k.name == "ot")
+    assert grp.choices(ot) == [1, 2, 3, 5, 6, 10, 15, 30]  # a group's channels never pad
+    spatial = LayoutTemplate("c2d:I=8,O=8,H=30,W=30,KH=1,KW=1")
+    assert all(30 % c == 0 for c in spatial.choices(spatial.knobs[0]))
+
+
 def test_bias_follows_the_output_channel_tiles():
     """The bias vector is stored split like the output's channels (``O/ot ot``, a reshape
     of the vector), read at plain loop indices, and computes what the logical one does."""

@@ -20,11 +20,14 @@ import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..measure.timing import NOISY_SPREAD
+
+if TYPE_CHECKING:
+    from .peak import Peak
 
 METASCHEDULE = "metaschedule"
 
@@ -33,18 +36,40 @@ def _noisy(program: dict[str, Any] | None) -> bool:
     return program is not None and program["spread"] > NOISY_SPREAD
 
 
+def roof(timing: dict[str, Any], peak: Peak | None) -> tuple[float, float, str]:
+    """``(FLOPs, attainable GFLOP/s, "flop" or "mem")`` of an operator timing on ``peak``'s
+    roofline; ``(nan, nan, "")`` for a network, another host's timing or a non-fp32 op."""
+    from ..ops import parse_workload
+    from ..ops.operators import operator_for
+    from .peak import operator_traffic
+
+    if peak is None or "spec" not in timing or timing.get("target") != peak.target:
+        return math.nan, math.nan, ""
+
+    if operator_for(parse_workload(timing["spec"])).dtype != "float32":
+        return math.nan, math.nan, ""
+    flops, nbytes = operator_traffic(timing["spec"], timing.get("epilogue") or ())
+    return (flops, *peak.bound(flops, nbytes))
+
+
 def rows_of(timings: Sequence[dict[str, Any]], baselines: Sequence[str],
-            versus: Sequence[str] = (METASCHEDULE,)) -> list[dict[str, Any]]:
+            versus: Sequence[str] = (METASCHEDULE,), peak: Peak | None = None
+            ) -> list[dict[str, Any]]:
     """One row per tuned program of each timing (entries in order); ``versus``: the
-    reference tuners, compared at the same seed."""
+    reference tuners, compared at the same seed; ``peak``: the host's roofline, for the
+    ``gflops`` and ``roof_fraction`` columns (the fraction of the roofline reached)."""
     rows = []
     for timing in timings:
         programs = timing["programs"]
+        flops, attainable, bound = roof(timing, peak)
         for label, cell in timing["cells"].items():
             median = programs[label]["median_s"]
             row = {"workload": timing["workload"], "tuner": cell["tuner"], "seed": cell["seed"],
                    "median_ms": median * 1e3, "spread": programs[label]["spread"],
                    "trials": cell["trials"], "tuning_s": cell["tuning_seconds"]}
+            if bound:
+                row.update(gflops=flops / median / 1e9,
+                           roof_fraction=flops / median / 1e9 / attainable, bound=bound)
             for name in baselines:
                 base = programs.get(name)
                 row[f"speedup_vs_{name}"] = base["median_s"] / median if base else math.nan
@@ -127,9 +152,12 @@ def summary(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
 
 
 def format_table(timings: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]],
-                 baselines: Sequence[str], versus: Sequence[str] = (METASCHEDULE,)) -> str:
+                 baselines: Sequence[str], versus: Sequence[str] = (METASCHEDULE,),
+                 peak: Peak | None = None) -> str:
     """The printed table: each workload's median latency per tuner (median over seeds),
-    the baselines' latencies, then the geometric-mean speedups per tuner."""
+    the baselines' latencies, the fraction of ``peak``'s roofline the fastest of them
+    reaches (``flop``: FLOP-bound, ``mem``: bandwidth-bound), then the geometric-mean
+    speedups per tuner."""
     if not rows:
         return "(no finished workloads)\n"
     tuners = list(dict.fromkeys(r["tuner"] for r in rows))
@@ -139,17 +167,27 @@ def format_table(timings: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any
         by[r["workload"], r["tuner"]].append(r)
     width = max(len(w) for w in workloads + [f"geomean x vs {r}" for r in versus]) + 2
     col = 22
+    roofs = {t["workload"]: roof(t, peak) for t in timings}
+    with_roof = any(bound for _, _, bound in roofs.values())
     lines = [f"{'latency (ms)':<{width}}" + "".join(f"{t[:col - 2]:>{col}s}" for t in
-                                                   [*tuners, *baselines])]
+                                                   [*tuners, *baselines])
+             + (f"{'best % roof':>{col}s}" if with_roof else "")]
     for w in workloads:
         programs = next(t["programs"] for t in timings if t["workload"] == w)
+        best = math.inf
         cells = []
         for t in tuners:
             vals = [r["median_ms"] for r in by[w, t]]
             noisy = any(_rests_on_noise(r, None) for r in by[w, t])
             cells.append(_cell(statistics.median(vals), noisy, col) if vals else f"{'-':>{col}s}")
+            best = min([best, statistics.median(vals)] if vals else [best])
         cells += [_cell(programs[b]["median_s"] * 1e3, _noisy(programs[b]), col)
                   if b in programs else f"{'-':>{col}s}" for b in baselines]
+        best = min([best] + [programs[b]["median_s"] * 1e3 for b in baselines if b in programs])
+        flops, attainable, bound = roofs[w]
+        if with_roof:
+            text = f"{flops / best / 1e6 / attainable:.0%} {bound}" if bound else "-"
+            cells.append(f"{text:>{col}s}")
         lines.append(f"{w:<{width}}" + "".join(cells))
     stats = summary(rows)
     for name in [*baselines, *versus]:
@@ -165,6 +203,10 @@ def format_table(timings: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any
         lines.append(f"{'geomean x vs ' + name:<{width}}" + "".join(cells))
     lines.append("(speedups: geometric mean over workloads of the median over seeds; "
                  "[min, max] over workloads)")
+    if with_roof:
+        lines.append(f"(% roof: the fastest program's GFLOP/s over min({peak.gflops:.0f} "
+                     f"GFLOP/s, FLOP/byte x {peak.gbs:.1f} GB/s), this host's `altenv bench "
+                     "peak`; flop: FLOP-bound, mem: bandwidth-bound)")
     if any(r["noisy"] for r in rows):
         lines.append(f"(*: a timing too spread to trust, interquartile range / median above "
                      f"{NOISY_SPREAD}, or a speedup built on one: re-time on a quieter host "
@@ -245,11 +287,12 @@ def plot(timings: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]], outp
 
 
 def report(timings: Sequence[dict[str, Any]], output: Path, baselines: Sequence[str],
-           versus: Sequence[str] = (METASCHEDULE,)) -> str:
+           versus: Sequence[str] = (METASCHEDULE,), peak: Peak | None = None) -> str:
     """Write ``results.csv`` and the plots into ``output``; returns the printed table
-    (speedups over the ``baselines`` and the reference tuners ``versus``)."""
-    rows = rows_of(timings, baselines, versus)
+    (speedups over the ``baselines`` and the reference tuners ``versus``, the fraction of
+    ``peak``'s roofline reached)."""
+    rows = rows_of(timings, baselines, versus, peak)
     write_csv(rows, output / "results.csv")
     if rows:
         plot(timings, rows, output, baselines[0] if baselines else versus[0])
-    return format_table(timings, rows, baselines, versus)
+    return format_table(timings, rows, baselines, versus, peak)

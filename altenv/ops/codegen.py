@@ -23,7 +23,7 @@ from tvm.sym.analyzer import Analyzer
 
 from ..layout import Layout
 from ..layout.convert import conversion_stage
-from ..layout.primitives import Reorder, Split, StoreAt
+from ..layout.primitives import Pad, Reorder, Split, StoreAt
 from ..target import make_target
 from .activation import canonical_step, parse_step, te_value, torch_value
 from .operators import Operator, operator_for
@@ -52,7 +52,8 @@ def bias_layout(out: Layout, axis: int) -> Layout:
     order in ``out`` (e.g. ``O/ot ot`` for ``N O/ot H W ot``), so the bias add reads it at
     plain output loop indices and MetaSchedule can inline it into the operator's tile
     (its ``AutoInline`` and write-cache fusion accept only reads indexed by output loop
-    variables). Identity when ``out`` uses primitives other than split and reorder."""
+    variables), padded like the output's channel dim. Identity when ``out`` uses primitives
+    other than split, reorder and pad."""
     bias = Layout((out.logical_shape[axis],), (out.logical_names[axis],))
     pos: list[int | None] = [None] * len(out.logical_shape)  # bias dim of each out dim
     pos[axis] = 0
@@ -65,6 +66,9 @@ def bias_layout(out: Layout, axis: int) -> Layout:
                        for q in pos]
             parts = [None] * n if at is None else list(range(at, at + n))
             pos = shifted[:prim.dim] + parts + shifted[prim.dim + 1:]
+        elif isinstance(prim, Pad):
+            if pos[prim.dim] is not None:
+                bias = bias.pad(pos[prim.dim], prim.before, prim.after)
         elif isinstance(prim, Reorder):
             pos = [pos[p] for p in prim.perm]
             order = [q for q in pos if q is not None]
@@ -78,6 +82,26 @@ def bias_layout(out: Layout, axis: int) -> Layout:
 
 def _guard(valid: Any, value: Any, dtype: str) -> Any:
     return value if valid is None else tirx.if_then_else(valid, value, tirx.const(0, dtype))
+
+
+def _in_bounds(reads: Sequence[tuple[list[Any], Any, tuple[int, ...]]],
+               ranges: Sequence[tuple[Any, int]]) -> bool:
+    """Whether every read ``(physical index, validity, shape)`` is unguarded and provably
+    inside its tensor for loop variables over ``ranges`` (``(var, extent)``): then the
+    points of a padded output may be computed like any other (from the operands' zero
+    padding; they are cropped when read back) rather than guarded, which would keep a
+    vectorized tile from vectorizing."""
+    analyzer = Analyzer()
+    for var, extent in ranges:
+        analyzer.bind(var, tvm.ir.Range(0, extent))
+    for idx, valid, shape in reads:
+        if valid is not None:
+            return False
+        for x, size in zip(idx, shape):
+            bound = analyzer.const_int_bound(analyzer.simplify(x))
+            if bound.min_value < 0 or bound.max_value >= size:
+                return False
+    return True
 
 
 @dataclass
@@ -208,11 +232,13 @@ def generate(workload: str | Workload, layouts: Mapping[str, Layout] | None = No
         sources["data"] = te.placeholder(stored.shape, op.input_dtype("data"), name="data")
         holders["data"] = conversion_stage(sources["data"], stored, converted, "data_stage")
     analyzer = Analyzer() if reduce is not None else None
+    reads: list[tuple[list[Any], Any, tuple[int, ...]]] = []
 
     def read(name: str, idx: list[Any]) -> Any:
         phys, valid = layouts[name].to_physical(idx)
         if analyzer is not None:
             phys = [analyzer.simplify(x) for x in phys]
+        reads.append((phys, valid, tuple(holders[name].shape)))
         return _guard(valid, holders[name][tuple(phys)], holders[name].dtype)
 
     out_layout = layouts["out"]
@@ -232,6 +258,9 @@ def generate(workload: str | Workload, layouts: Mapping[str, Layout] | None = No
                 analyzer.bind(var, tvm.ir.Range(0, ext))
             red_vars = reduce.to_logical(red_vars)[0]  # padding: zero weights, no guard
         body = op.body(read, logical, red_vars)
+        if valid is not None and _in_bounds(reads, list(zip(phys, out_layout.shape)) +
+                                            [(r.var, r.dom.extent) for r in red]):
+            valid = None
         return te.sum(_guard(valid, body, op.out_dtype), axis=red)
 
     out = te.compute(out_layout.shape, main, name=wl.kind)
@@ -279,6 +308,8 @@ def _epilogue(step: str, prev: te.Tensor, out_layout: Layout, layouts: dict[str,
             analyzer.bind(var, tvm.ir.Range(0, extent))
         phys = [analyzer.simplify(x) for x in phys]
         value = op.cast(bias[tuple(phys)]) if stored else bias[tuple(phys)]
+        if _in_bounds([(phys, bvalid, tuple(bias.shape))], list(zip(p, prev.shape))):
+            valid = None  # the bias is padded like the output: its padding reads zeros
         return _guard(valid, prev(*p) + _guard(bvalid, value, dtype), dtype)
 
     return te.compute(prev.shape, add_bias, name="add_bias"), None if stored else bias

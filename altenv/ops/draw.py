@@ -7,7 +7,8 @@ that no benchmark suite uses, and a held-out suite needs them fixed by a seed: b
 from :func:`draw_workloads`. Spatial sizes include some with few divisors (15, 17, 31)
 so that layouts must cope with awkward extents, and each draw is shrunk (spatial size
 first, then batch) until its work fits ``max_gflop``, so that a 2-core machine measures a
-candidate in milliseconds.
+candidate in milliseconds; ``min_gflop`` redraws operators too small to time (a 16x32x1
+GEMM measures the timer, not a layout).
 """
 
 from __future__ import annotations
@@ -79,10 +80,11 @@ def _spec(kind: str, params: dict[str, int]) -> str:
     return f"{kind}:" + ",".join(f"{k}={v}" for k, v in params.items())
 
 
-def _shrink(kind: str, params: dict[str, int], max_flops: float) -> str | None:
+def _shrink(kind: str, params: dict[str, int], max_flops: float,
+            min_flops: float = 0.0) -> str | None:
     """The canonical spec of ``params`` with its spatial size (then batch, then rows)
-    halved until the operator does at most ``max_flops``; ``None`` when it cannot fit or
-    is not a valid operator."""
+    halved until the operator does at most ``max_flops``; ``None`` when it cannot fit, ends
+    below ``min_flops`` or is not a valid operator."""
     floor = {"W": 16} if kind == "c1d" else {}
     batch = "batch" if kind == "gmm" else "N"
     spatial = [k for k in ("H", "W") if k in params]
@@ -91,8 +93,9 @@ def _shrink(kind: str, params: dict[str, int], max_flops: float) -> str | None:
             workload = parse_workload(_spec(kind, params))
         except ValueError:
             return None
-        if operator_for(workload).flops() <= max_flops:
-            return str(workload)
+        flops = operator_for(workload).flops()
+        if flops <= max_flops:
+            return str(workload) if flops >= min_flops else None
         big = [k for k in spatial if params[k] > floor.get(k, 7)]
         if big:
             for k in big:
@@ -106,7 +109,8 @@ def _shrink(kind: str, params: dict[str, int], max_flops: float) -> str | None:
 
 
 def draw_workloads(count: int, seed: int, kinds: Sequence[str] = KINDS,
-                   max_gflop: float = MAX_GFLOP, exclude: Iterable[str] = ()) -> list[str]:
+                   max_gflop: float = MAX_GFLOP, exclude: Iterable[str] = (),
+                   min_gflop: float = 0.0) -> list[str]:
     """``count`` distinct canonical workload specs, the kinds in turn, drawn from ``seed``.
 
     Parameters
@@ -121,13 +125,15 @@ def draw_workloads(count: int, seed: int, kinds: Sequence[str] = KINDS,
         Bound on each operator's work (GFLOP); larger draws are shrunk.
     exclude:
         Specs never to return (e.g. every benchmark suite's), compared canonically.
+    min_gflop:
+        Draws that do less work (after shrinking) are redrawn.
     """
     unknown = sorted(set(kinds) - set(KINDS))
     if unknown or not kinds:
         raise ValueError(f"draw_workloads: kinds {unknown or '[]'} not allowed; "
                          f"allowed: {', '.join(KINDS)}")
-    if count < 0 or max_gflop <= 0:
-        raise ValueError("draw_workloads: count must be >= 0 and max_gflop > 0")
+    if count < 0 or not 0 <= min_gflop < max_gflop:
+        raise ValueError("draw_workloads: count must be >= 0 and 0 <= min_gflop < max_gflop")
     rng = np.random.default_rng(seed)
     taken = {str(parse_workload(s)) for s in exclude}
     out: list[str] = []
@@ -135,12 +141,12 @@ def draw_workloads(count: int, seed: int, kinds: Sequence[str] = KINDS,
     while len(out) < count:
         kind = kinds[len(out) % len(kinds)]
         params = _gmm(rng) if kind == "gmm" else _conv(rng, kind)
-        spec = _shrink(kind, params, max_gflop * 1e9)
+        spec = _shrink(kind, params, max_gflop * 1e9, min_gflop * 1e9)
         if spec is None or spec in taken:
             misses += 1
             if misses > 1000 * max(count, 1):
                 raise ValueError(f"draw_workloads: cannot draw {count} distinct {kind} "
-                                 f"workloads under {max_gflop} GFLOP")
+                                 f"workloads of {min_gflop} to {max_gflop} GFLOP")
             continue
         taken.add(spec)
         out.append(spec)

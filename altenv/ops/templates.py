@@ -10,6 +10,12 @@ so their input template tiles channels only.
 Multi-level templates (``levels=2``) tile the output and weight dims twice, as
 ``N H/(ht'ht) W/(wt'wt) O/(ot'ot) ht' wt' ot' ht wt ot``.
 
+Channel and GEMM dims tiled once may also take a tile that does not divide them (ALT's
+``pad``): a vector-friendly power of two whose padding wastes at most a quarter of the dim,
+so that 300 or 120 can still be blocked by 16. Every tensor holding the dim is padded with
+zeros to the same multiple (``pad`` then ``split``), the reduction still runs over the
+logical extent, and the result is cropped when read back.
+
 :class:`Template` is what tuning and the environments ask of a layout choice; an intrinsic
 mapping (:class:`altenv.mapping.MappingTemplate`) answers it too.
 """
@@ -41,6 +47,25 @@ def divisors(n: int) -> list[int]:
 def nearest_divisor(n: int, x: float) -> int:
     """ALT's ``R(.)``: the divisor of ``n`` closest to ``x`` (ties to the smaller)."""
     return min(divisors(n), key=lambda d: (abs(d - x), d))
+
+
+PAD_TILES = (4, 8, 16, 32, 64)
+"""Tiles a paddable dim may take though they do not divide it (SIMD widths and blocks)."""
+PAD_WASTE = 0.25
+"""The most padding a padded tile may add, as a fraction of the dim."""
+
+
+def padded_tiles(extent: int) -> list[int]:
+    """The tiles of :data:`PAD_TILES` that do not divide ``extent`` and pad it by at most
+    :data:`PAD_WASTE`."""
+    return [t for t in PAD_TILES if t < extent and extent % t
+            and -(-extent // t) * t <= extent * (1 + PAD_WASTE)]
+
+
+def _round_up(extent: int, tiles: Sequence[int]) -> int:
+    """``extent`` rounded up to a multiple of every tile in ``tiles``."""
+    step = math.lcm(*tiles) if tiles else 1
+    return -(-extent // step) * step
 
 
 @dataclass(frozen=True)
@@ -160,19 +185,44 @@ class LayoutTemplate:
         return {k.name: k.extent if k.level == 0 and k.name in spatial else 1 for k in self.knobs}
 
     def choices(self, knob: Knob) -> list[int]:
-        """The divisors of the dim ``knob`` tiles."""
-        return divisors(knob.extent)
+        """The divisors of the dim ``knob`` tiles, and on a dim tiled once its
+        :func:`padded_tiles`."""
+        extra = padded_tiles(knob.extent) if self._paddable(knob.name) else []
+        return sorted(divisors(knob.extent) + extra)
+
+    def _paddable(self, base: str) -> bool:
+        """Whether the dim of knob ``base`` may be padded: a channel or GEMM dim tiled at
+        one level (spatial dims are unfolded into overlapping windows: never padded)."""
+        op = self.op
+        if base in ("ot", "ot_w") and isinstance(op, Conv) and 1 < op.groups < op.O:
+            return False  # a padded output channel's group reads past the input channels
+        return base in _PADDABLE and sum(k.name.rstrip("0123456789") == base
+                                         for k in self.knobs) == 1
+
+    def padded_extents(self, factors: Mapping[str, int]) -> dict[str, int]:
+        """The padded extent of every knob's dim under ``factors``: the dim rounded up to
+        a multiple of the tiles of every tensor holding it (the output's and the weight's
+        ``O`` alike, so the output's padding reads the weight's zeros)."""
+        shared = {"ot": ("ot", "ot_w"), "ot_w": ("ot", "ot_w")}
+        out = {}
+        for base, _, extent, _ in self._dims():
+            names = shared.get(base, (base,)) if self._paddable(base) else ()
+            out[base] = _round_up(extent, [int(factors[n]) for n in names
+                                           if self._paddable(n)])
+        return out
 
     def blocked_factors(self, lanes: int) -> dict[str, int]:
         """The vendor-style blocked layouts: convolutions as TVM's x86 ``NCHW[x]c`` (every
-        channel tile the largest divisor of its dim up to ``lanes``, the SIMD width in
-        elements; spatial dims whole), GMM with its right-hand side packed in ``lanes``
-        columns (``N/nt K nt``, the packed-B layout of BLAS kernels). Outer levels 1."""
+        channel tile the largest of its :meth:`choices` up to ``lanes``, the SIMD width in
+        elements, so a dim that pads to ``lanes`` cheaply is padded as oneDNN pads its
+        blocked channels; spatial dims whole), GMM with its right-hand side packed in
+        ``lanes`` columns (``N/nt K nt``, the packed-B layout of BLAS kernels). Outer levels
+        1."""
         factors = self.default_factors()
         blocked = ("nt",) if isinstance(self.op, MatMul) else ("ot", "it", "it_w", "ot_w")
         for k in self.knobs:
             if k.name in blocked:
-                factors[k.name] = max(d for d in divisors(k.extent) if d <= lanes)
+                factors[k.name] = max(d for d in self.choices(k) if d <= lanes)
             elif k.name == "kt":
                 factors[k.name] = k.extent
         return factors
@@ -244,9 +294,11 @@ class LayoutTemplate:
                              f"unknown {extra}; knobs: {self.knob_names}")
         for base, dim, extent, _ in self._dims():
             tiles = self._tiles(factors, base)
-            if any(t < 1 for t in tiles) or extent % math.prod(tiles):
+            knob = next(k for k in self.knobs if k.name == base)
+            if any(t < 1 for t in tiles) or (extent % math.prod(tiles)
+                                             and tiles[0] not in self.choices(knob)):
                 raise ValueError(f"template factor {base}={tiles} must divide {dim}={extent} "
-                                 f"(choices: {divisors(extent)})")
+                                 f"(choices: {self.choices(knob)})")
 
     # layouts --------------------------------------------------------------
     def layouts(self, factors: Mapping[str, int] | None = None) -> dict[str, Layout]:
@@ -255,31 +307,36 @@ class LayoutTemplate:
         self.check(factors)
         shapes = self.op.input_shapes()
         names = self.op.names
+        padded = self.padded_extents(factors)
         if isinstance(self.op, MatMul):
             mt, nt, kt = factors["mt"], factors["nt"], factors["kt"]
             lead = [[1]] * (self.op.batch > 1)  # the batch stays outermost, untiled
-            return {
-                "out": _tile(Layout(self.op.out_shape(), names["out"]), lead + [[mt], [nt]]),
-                "data": _tile(Layout(shapes["data"], names["data"]), lead + [[mt], [kt]]),
-                "weight": _tile(Layout(shapes["weight"], names["weight"]), lead + [[kt], [nt]]),
-            }
+            dims = {"out": ("mt", "nt"), "data": ("mt", "kt"), "weight": ("kt", "nt")}
+            tiles = {"out": [[mt], [nt]], "data": [[mt], [kt]], "weight": [[kt], [nt]]}
+            shapes["out"] = self.op.out_shape()
+            return {name: _tile(_pad(Layout(shapes[name], names[name]),
+                                     [None] * len(lead) + [padded[b] for b in dims[name]]),
+                                lead + tiles[name])
+                    for name in ("out", "data", "weight")}
         op = self.op
         spatial = [self._tiles(factors, s.lower() + "t") for s in names["out"][2:]]
         ot, it = self._tiles(factors, "ot"), self._tiles(factors, "it")
         it_w, ot_w = self._tiles(factors, "it_w"), self._tiles(factors, "ot_w")
         # out: N S.../T O/ot | tiles ... (channel last at each level)
-        out = _tile(Layout(op.out_shape(), names["out"]), [[1]] + [ot] + spatial,
-                    order=[0] + list(range(2, 2 + len(spatial))) + [1])
+        out = _tile(_pad(Layout(op.out_shape(), names["out"]), [None, padded["ot"]]),
+                    [[1]] + [ot] + spatial, order=[0] + list(range(2, 2 + len(spatial))) + [1])
         # weight: O I K... -> O/ot' I/it' K... it' ot'
         rank = len(spatial)
         weight = Layout(shapes["weight"], names["weight"])
         if isinstance(op, TransposedConv):  # weight is I O K...
-            weight = _tile(weight, [it_w, ot_w] + [[1]] * rank,
+            weight = _tile(_pad(weight, [padded["it_w"], padded["ot_w"]]),
+                           [it_w, ot_w] + [[1]] * rank,
                            order=list(range(rank + 2)), inner_order=[0, 1])
         else:
-            weight = _tile(weight, [ot_w, it_w] + [[1]] * rank,
+            weight = _tile(_pad(weight, [padded["ot_w"], padded["it_w"]]),
+                           [ot_w, it_w] + [[1]] * rank,
                            order=[0, 1] + list(range(2, rank + 2)), inner_order=[1, 0])
-        data = Layout(shapes["data"], names["data"])
+        data = _pad(Layout(shapes["data"], names["data"]), [None, padded["it"]])
         if isinstance(op, Conv):
             data = _unfold_input(data, op, [math.prod(t) for t in spatial], it[0])
         else:
@@ -293,6 +350,19 @@ class LayoutTemplate:
     def choice_json(self, factors: Mapping[str, int]) -> dict[str, Any]:
         """Nothing beside the tensors' layouts (the factors are stored with them)."""
         return {}
+
+
+_PADDABLE = ("mt", "nt", "kt", "ot", "it", "it_w", "ot_w")
+"""Knobs of channel and GEMM dims (tiles of them may pad, :meth:`LayoutTemplate.choices`)."""
+
+
+def _pad(layout: Layout, extents: Sequence[int | None]) -> Layout:
+    """``layout`` with its leading dims padded with zeros at their end to ``extents``
+    (``None``: as they are)."""
+    for dim, extent in enumerate(extents):
+        if extent is not None and extent > layout.shape[dim]:
+            layout = layout.pad(dim, 0, extent - layout.shape[dim])
+    return layout
 
 
 def _tile(layout: Layout, tiles: list[list[int]], order: list[int] | None = None,

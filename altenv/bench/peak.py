@@ -1,0 +1,211 @@
+"""``altenv bench peak``: this host's roofline, measured by kernels TVM builds.
+
+A tuned operator's latency says little without the machine's limits beside it. The FMA
+peak is timed on a TIR kernel of independent multiply-add chains (``chains`` vector
+accumulators of the target's SIMD width, so the FMA units never wait on a result), on every
+core and on one; the memory bandwidth on a STREAM triad (``a = b + s * c``) over arrays
+larger than the last-level cache. Both are built for the same TVM target as the tuned
+programs and cached per host (``$XDG_CACHE_HOME/altenv/peak-<host>-<hash>.json``).
+
+:func:`roofline` bounds an operator by ``min(peak, intensity * bandwidth)`` (intensity:
+its FLOPs over the bytes of its tensors, each read or written once), the bound the
+``% roof`` column of ``altenv bench ops`` tables divides by (once ``altenv bench peak``
+has measured the host: a bench never spends its time on it unasked).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import tvm
+from tvm.script import tirx as T
+
+from ..ops import parse_workload
+from ..ops.operators import operator_for
+from ..space.constraints import Hardware, cache_bytes
+from ..target import make_target
+
+CHAINS = 12
+"""Independent vector accumulators: FMA latency (4 cycles) x FMA ports (2), with room."""
+FMA_SECONDS = 0.05
+"""Seconds one timing of the FMA kernel lasts (about)."""
+MAX_ARRAY_BYTES = 256 << 20
+"""The triad's arrays: twice the last-level cache each, at most this (a 300 MiB shared
+L3 of a cloud socket would otherwise ask for gigabytes)."""
+
+
+@dataclass(frozen=True)
+class Peak:
+    """A host's measured limits (fp32)."""
+
+    host: str
+    target: str
+    cores: int
+    lanes: int
+    gflops: float
+    """FMA peak on every core (GFLOP/s)."""
+    gflops_one_core: float
+    gbs: float
+    """Triad bandwidth on every core (GB/s, 3 x 4 bytes per element)."""
+    triad_mib: float
+    """Size of each triad array (MiB)."""
+    tvm: str
+
+    def bound(self, flops: float, nbytes: float) -> tuple[float, str]:
+        """The roofline of an operator of ``flops`` moving ``nbytes``: attainable GFLOP/s
+        and ``"flop"`` or ``"mem"``, whichever limits it."""
+        memory = flops / nbytes * self.gbs
+        return (self.gflops, "flop") if self.gflops <= memory else (memory, "mem")
+
+
+def _fma_kernel(threads: int, lanes: int, iters: int) -> tvm.tirx.PrimFunc:
+    """``threads`` x ``CHAINS`` vector accumulators, each ``acc = acc * a + b`` ``iters``
+    times: 2 * threads * CHAINS * lanes * iters FLOPs, nothing read from memory."""
+
+    @T.prim_func
+    def main(x: T.Buffer((threads, CHAINS, lanes), "float32"),
+             y: T.Buffer((threads, CHAINS, lanes), "float32")):
+        T.func_attr({"global_symbol": "main", "tirx.noalias": True})
+        for p in T.parallel(threads):
+            acc = T.alloc_buffer((CHAINS, lanes), "float32", scope="local")
+            for c in range(CHAINS):
+                for lane in T.vectorized(lanes):
+                    acc[c, lane] = x[p, c, lane]
+            for _ in range(iters):
+                for c in T.unroll(CHAINS):
+                    for lane in T.vectorized(lanes):
+                        acc[c, lane] = acc[c, lane] * T.float32(0.999) + T.float32(0.001)
+            for c in range(CHAINS):
+                for lane in T.vectorized(lanes):
+                    y[p, c, lane] = acc[c, lane]
+
+    return main
+
+
+def _triad_kernel(threads: int, lanes: int, rows: int) -> tvm.tirx.PrimFunc:
+    """``a = b + 3 c`` over ``threads * rows * lanes`` floats, one block per thread."""
+
+    @T.prim_func
+    def main(a: T.Buffer((threads, rows, lanes), "float32"),
+             b: T.Buffer((threads, rows, lanes), "float32"),
+             c: T.Buffer((threads, rows, lanes), "float32")):
+        T.func_attr({"global_symbol": "main", "tirx.noalias": True})
+        for p in T.parallel(threads):
+            for r in range(rows):
+                for lane in T.vectorized(lanes):
+                    a[p, r, lane] = b[p, r, lane] + T.float32(3.0) * c[p, r, lane]
+
+    return main
+
+
+def _seconds(func: tvm.tirx.PrimFunc, target: tvm.target.Target, args: list[np.ndarray],
+             repeat: int) -> float:
+    """The fastest of ``repeat`` timings of ``func`` (a peak is what the machine can do)."""
+    dev = tvm.cpu(0)
+    lib = tvm.compile(func, target=target)
+    tensors = [tvm.runtime.tensor(a, dev) for a in args]
+    timer = lib.mod.time_evaluator("main", dev, number=1, repeat=repeat)
+    return min(timer(*tensors).results)
+
+
+def _fma_gflops(target: tvm.target.Target, threads: int, lanes: int) -> float:
+    shape = (threads, CHAINS, lanes)
+    args = [np.ones(shape, "float32"), np.zeros(shape, "float32")]
+    flops_per_iter = 2 * threads * CHAINS * lanes
+    iters = 1024
+    seconds = _seconds(_fma_kernel(threads, lanes, iters), target, args, 3)
+    iters = max(1024, int(iters * FMA_SECONDS / max(seconds, 1e-9)))  # ~50 ms a run
+    seconds = _seconds(_fma_kernel(threads, lanes, iters), target, args, 7)
+    return flops_per_iter * iters / seconds / 1e9
+
+
+def measure_peak(target: str | tvm.target.Target | None = None) -> Peak:
+    """Time the FMA kernel (all cores, one core) and the triad on this host."""
+    tgt = make_target(target)
+    if tgt.kind.name != "llvm":
+        raise ValueError(f"bench peak: measures CPUs; target is {tgt.kind.name}")
+    cores = int(tgt.attrs.get("num-cores", 0)) or os.cpu_count() or 1
+    lanes = Hardware.of(tgt).lanes()
+    per_array = min(max(2 * cache_bytes(3), 64 << 20), MAX_ARRAY_BYTES)
+    rows = per_array // (4 * lanes * cores)
+    shape = (cores, rows, lanes)
+    arrays = [np.zeros(shape, "float32"), np.ones(shape, "float32"), np.ones(shape, "float32")]
+    seconds = _seconds(_triad_kernel(cores, lanes, rows), tgt, arrays, 10)
+    return Peak(host=socket.gethostname(), target=str(tgt), cores=cores, lanes=lanes,
+                gflops=_fma_gflops(tgt, cores, lanes),
+                gflops_one_core=_fma_gflops(tgt, 1, lanes),
+                gbs=3 * arrays[0].nbytes / seconds / 1e9,
+                triad_mib=arrays[0].nbytes / 2**20, tvm=tvm.__version__)
+
+
+def cache_path(target: str | tvm.target.Target | None = None) -> Path:
+    """Where this host's peak for ``target`` is cached."""
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "altenv"
+    digest = hashlib.sha256(f"{make_target(target)}|{tvm.__version__}".encode()).hexdigest()
+    return root / f"peak-{socket.gethostname()}-{digest[:12]}.json"
+
+
+def cached_peak(target: str | tvm.target.Target | None = None) -> Peak | None:
+    """This host's cached peak for ``target``, ``None`` when ``altenv bench peak`` has not
+    measured it (or the cache is unreadable)."""
+    path = cache_path(target)
+    try:
+        return Peak(**json.loads(path.read_text()))
+    except (OSError, TypeError, ValueError):
+        return None
+
+
+def host_peak(target: str | tvm.target.Target | None = None, refresh: bool = False) -> Peak:
+    """This host's peak for ``target``: cached, measured (and cached) when there is none
+    or ``refresh``."""
+    peak = None if refresh else cached_peak(target)
+    if peak is not None:
+        return peak
+    peak = measure_peak(target)
+    path = cache_path(target)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(asdict(peak), indent=1))
+    tmp.replace(path)
+    return peak
+
+
+def operator_traffic(spec: str, epilogue: Sequence[str] = ()) -> tuple[float, float]:
+    """``(FLOPs, bytes)`` of an operator: its tensors (and epilogue inputs) each moved
+    once, the least any schedule moves."""
+    op = operator_for(parse_workload(spec))
+    shapes = dict(op.input_shapes())
+    nbytes = sum(np.prod(s) * np.dtype(op.input_dtype(n)).itemsize for n, s in shapes.items())
+    out = float(np.prod(op.out_shape()))
+    nbytes += out * np.dtype(op.out_dtype).itemsize
+    if "residual" in epilogue:
+        nbytes += out * np.dtype(op.out_dtype).itemsize
+    if "bias" in epilogue:
+        nbytes += op.out_shape()[op.channel_axis] * np.dtype(op.out_dtype).itemsize
+    return float(op.flops()), float(nbytes)
+
+
+def format_peak(peak: Peak, seconds: float | None = None) -> str:
+    """The lines ``altenv bench peak`` prints."""
+    took = f" (measured in {seconds:.1f} s)" if seconds is not None else " (cached)"
+    return (f"host {peak.host}, target {peak.target}{took}\n"
+            f"fp32 FMA peak: {peak.gflops:.1f} GFLOP/s on {peak.cores} cores, "
+            f"{peak.gflops_one_core:.1f} GFLOP/s on one ({peak.lanes} lanes)\n"
+            f"memory bandwidth (triad, 3 x {peak.triad_mib:.0f} MiB): {peak.gbs:.1f} GB/s\n"
+            f"ridge point: {peak.gflops / peak.gbs:.1f} FLOP/byte\n")
+
+
+def timed_peak(target: str | tvm.target.Target | None, refresh: bool) -> str:
+    """``altenv bench peak``'s output: the cached or freshly measured peak."""
+    fresh = refresh or cached_peak(target) is None
+    start = time.perf_counter()
+    peak = host_peak(target, refresh)
+    return format_peak(peak, time.perf_counter() - start if fresh else None)
