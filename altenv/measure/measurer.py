@@ -9,11 +9,13 @@ import os
 import re
 import shutil
 import time
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
 from tvm.ir import IRModule
+from tvm.rpc import connect_tracker
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.meta_schedule.builder import BuilderInput
 from tvm.s_tir.meta_schedule.runner import (
@@ -29,9 +31,13 @@ from tvm.target import Target
 from ..target import make_target, target_cores, use_tvm_threads
 from .builder import PersistentBuilder
 from .config import MeasureConfig
+from .fleet import DeviceLost, Fleet
 from .result import MeasureCandidate, MeasureResult
-from .signals import sigint_blocked
+from .signals import shielded_pool, sigint_blocked
 
+_DROPPED = re.compile(r"RPCCode::kReturn|connection (reset|refused|closed)|broken pipe|"
+                      r"socket error|cannot connect", re.IGNORECASE)
+"""Errors of an RPC session whose device went away (the candidate was not timed)."""
 _WRONG_RESULT = re.compile(r"WrongResultError: (wrong result \(max rel err [^)]*\))")
 
 
@@ -39,6 +45,23 @@ def device_type(target: Target) -> str:
     """Runtime device name of a target kind (``llvm`` runs on ``cpu``)."""
     kind = str(target.kind.name)
     return "cpu" if kind in ("llvm", "c") else kind
+
+
+def time_artifact(runner: Runner, device: str, args_info: list[ArgInfo], artifact: str,
+                  evaluator: Any = None) -> MeasureResult:
+    """Time one built artifact with a MetaSchedule runner; ``evaluator`` (a checking
+    ``f_run_evaluator`` or ``None``) is read by both MetaSchedule runners when an input is
+    submitted."""
+    runner.f_run_evaluator = evaluator
+    start = time.perf_counter()
+    (future,) = runner.run([RunnerInput(artifact, device, args_info)])
+    outcome = future.result()
+    elapsed = time.perf_counter() - start
+    if outcome.error_msg is not None:
+        error = str(outcome.error_msg)
+        wrong = _WRONG_RESULT.search(error)
+        return MeasureResult(error=wrong.group(1) if wrong else error, run_seconds=elapsed)
+    return MeasureResult(latencies=[float(x) for x in outcome.run_secs], run_seconds=elapsed)
 
 
 class Measurer(ABC):
@@ -122,8 +145,10 @@ class Measurer(ABC):
         ok = [i for i, build in enumerate(built) if build.error_msg is None]
         try:
             for r in range(rounds if ok else 0):
-                for i in ok[r % len(ok):] + ok[:r % len(ok)]:
-                    result = self._run(candidates[i], mods[i], str(built[i].artifact_path))
+                order = ok[r % len(ok):] + ok[:r % len(ok)]
+                timed = self._time([(candidates[i], mods[i], str(built[i].artifact_path))
+                                    for i in order])
+                for i, result in zip(order, timed, strict=True):
                     result.build_seconds = build_seconds[i] if r == 0 else 0.0
                     results[i].append(result)
         finally:
@@ -131,7 +156,13 @@ class Measurer(ABC):
                 shutil.rmtree(os.path.dirname(str(built[i].artifact_path)), ignore_errors=True)
         return results
 
-    def _run(self, candidate: MeasureCandidate, mod: IRModule, artifact: str) -> MeasureResult:
+    def _time(self, jobs: Sequence[tuple[MeasureCandidate, IRModule, str]]
+              ) -> list[MeasureResult]:
+        """Time built candidates ``(candidate, module, artifact)``, one after another."""
+        return [self._run(self.runner, *job) for job in jobs]
+
+    def _run(self, runner: Runner, candidate: MeasureCandidate, mod: IRModule, artifact: str
+             ) -> MeasureResult:
         args_info = ArgInfo.from_entry_func(mod)
         evaluator = None
         if candidate.check is not None:
@@ -140,18 +171,7 @@ class Measurer(ABC):
                 evaluator = candidate.check.evaluator(signature, rpc=self.rpc)
             except Exception as err:  # noqa: BLE001 (a bad reference fails this candidate only)
                 return MeasureResult(error=f"correctness reference failed: {err!r}")
-        # Both MetaSchedule runners read ``f_run_evaluator`` when an input is submitted.
-        self.runner.f_run_evaluator = evaluator
-        start = time.perf_counter()
-        (future,) = self.runner.run([RunnerInput(artifact, self.device_type, args_info)])
-        outcome = future.result()
-        elapsed = time.perf_counter() - start
-        if outcome.error_msg is not None:
-            error = str(outcome.error_msg)
-            wrong = _WRONG_RESULT.search(error)
-            return MeasureResult(error=wrong.group(1) if wrong else error, run_seconds=elapsed)
-        latencies = [float(x) for x in outcome.run_secs]
-        return MeasureResult(latencies=latencies, run_seconds=elapsed)
+        return time_artifact(runner, self.device_type, args_info, artifact, evaluator)
 
     def close(self) -> None:
         """Stop builder and runner worker processes."""
@@ -177,17 +197,24 @@ class LocalMeasurer(Measurer):
 
 
 class RPCMeasurer(Measurer):
-    """Times candidates on remote devices found through a TVM RPC tracker
-    (``config.rpc``), with MetaSchedule's ``RPCRunner``; the run timeout is the session
-    timeout."""
+    """Times candidates on the remote devices behind a TVM RPC tracker key
+    (``config.rpc``), with MetaSchedule's ``RPCRunner``: all of them at once, one candidate
+    per device (:class:`~altenv.measure.fleet.Fleet`). The run timeout is the session
+    timeout; the client gives up on a session ``rpc.connect_timeout`` seconds after it. A
+    device that drops mid-batch has its candidate measured on another."""
 
     rpc: ClassVar[bool] = True
+
+    def __init__(self, config: MeasureConfig | None = None,
+                 target: str | dict[str, Any] | Target | None = None) -> None:
+        self._extra: list[Runner] = []
+        super().__init__(config, target)
 
     def _make_runner(self) -> Runner:
         settings = self.config.rpc
         if settings is None:
             raise ValueError("RPC measurement needs measure.rpc: {tracker: 'host:port', key: ...}")
-        return RPCRunner(
+        runner = RPCRunner(
             rpc_config=RPCConfig(
                 tracker_host=settings.host,
                 tracker_port=settings.port,
@@ -196,8 +223,58 @@ class RPCMeasurer(Measurer):
                 session_timeout_sec=math.ceil(self.config.run_timeout),
             ),
             evaluator_config=self.evaluator_config,
-            max_workers=settings.max_workers,
         )
+        # the client-side timeout: MetaSchedule's pool kills a worker stuck past it
+        runner.pool.shutdown(wait=True)
+        runner.pool = shielded_pool(
+            max_workers=1, timeout=self.config.run_timeout + settings.connect_timeout)
+        return runner
+
+    def devices(self) -> int:
+        """The servers registered at the tracker under the key (``rpc.max_workers``, when
+        set, caps them)."""
+        settings = self.config.rpc
+        summary = connect_tracker(settings.host, settings.port).summary()
+        count = sum(1 for s in summary["server_info"] if s["key"] == f"server:{settings.key}")
+        return min(count, settings.max_workers or count)
+
+    def _time(self, jobs: Sequence[tuple[MeasureCandidate, IRModule, str]]
+              ) -> list[MeasureResult]:
+        slots = self._slots(min(self.devices(), len(jobs)))
+        for slot in slots:
+            slot.evaluator_config = self.runner.evaluator_config  # retime's cold setting
+        fleet = Fleet(slots, self._run_or_lose)
+        results = fleet.measure(jobs)
+        if fleet.lost:
+            warnings.warn(f"{len(fleet.lost)} RPC device(s) of key {self.config.rpc.key!r} "
+                          "dropped mid-batch; their candidates went to the others", stacklevel=2)
+        for slot in fleet.lost:  # its worker may still hold the dropped session
+            slot.pool.shutdown(wait=False)
+        self._extra = [slot for slot in self._extra if slot not in fleet.lost]
+        if self.runner in fleet.lost:
+            with sigint_blocked():
+                self.runner = self._make_runner()
+        return results
+
+    def _slots(self, count: int) -> list[Runner]:
+        """``count`` runners (at least one), each with its own worker (one session at a
+        time); kept across batches, as their workers take seconds to start."""
+        while len(self._extra) < count - 1:
+            with sigint_blocked():
+                self._extra.append(self._make_runner())
+        return [self.runner, *self._extra[:max(count - 1, 0)]]
+
+    def close(self) -> None:
+        super().close()
+        for slot in self._extra:
+            slot.pool.shutdown(wait=True)
+
+    def _run_or_lose(self, runner: Runner, job: tuple[MeasureCandidate, IRModule, str]
+                     ) -> MeasureResult:
+        result = self._run(runner, *job)
+        if result.error is not None and _DROPPED.search(result.error):
+            raise DeviceLost(result.error.strip().splitlines()[-1])
+        return result
 
 
 def create(
