@@ -30,6 +30,7 @@ from tvm.target import Target
 
 from ..target import make_target, target_cores, use_tvm_threads
 from .builder import PersistentBuilder
+from .check import CheckedEvaluator
 from .config import MeasureConfig
 from .fleet import DeviceLost, Fleet
 from .result import MeasureCandidate, MeasureResult
@@ -48,11 +49,11 @@ def device_type(target: Target) -> str:
 
 
 def time_artifact(runner: Runner, device: str, args_info: list[ArgInfo], artifact: str,
-                  evaluator: Any = None) -> MeasureResult:
-    """Time one built artifact with a MetaSchedule runner; ``evaluator`` (a checking
-    ``f_run_evaluator`` or ``None``) is read by both MetaSchedule runners when an input is
-    submitted."""
-    runner.f_run_evaluator = evaluator
+                  timing: EvaluatorConfig, evaluator: Any = None) -> MeasureResult:
+    """Time one built artifact with a MetaSchedule runner; ``timing`` and ``evaluator`` (a
+    checking ``f_run_evaluator`` or ``None``) are read by MetaSchedule's Local and RPC
+    runners each time an input is submitted."""
+    runner.evaluator_config, runner.f_run_evaluator = timing, evaluator
     start = time.perf_counter()
     (future,) = runner.run([RunnerInput(artifact, device, args_info)])
     outcome = future.result()
@@ -93,18 +94,23 @@ class Measurer(ABC):
             min_repeat_ms=self.config.min_repeat_ms,
             enable_cpu_cache_flush=self.config.enable_cpu_cache_flush,
         )
-        self.builder = PersistentBuilder(
+        self.builder = self._make_builder()
+        with sigint_blocked():  # its worker starts now; Ctrl-C is for this process
+            self.runner = self._make_runner()
+
+    def _make_builder(self) -> Any:
+        """The builder of candidates: a MetaSchedule ``Builder`` with ``last_build_seconds``
+        and ``shutdown()``."""
+        return PersistentBuilder(
             max_workers=self.config.build_workers,
             timeout_sec=self.config.build_timeout,
             preload=self.config.builder_preload,
             max_process_uses=self.config.builder_max_uses,
         )
-        with sigint_blocked():  # its worker starts now; Ctrl-C is for this process
-            self.runner = self._make_runner()
 
     @abstractmethod
-    def _make_runner(self) -> Runner:
-        """The MetaSchedule runner this measurer times with."""
+    def _make_runner(self) -> Any:
+        """What this measurer times with (a MetaSchedule runner, a device actor)."""
 
     def measure(self, candidates: Sequence[MeasureCandidate]) -> list[MeasureResult]:
         """Build all candidates in parallel, then run them one by one; one result each."""
@@ -120,17 +126,15 @@ class Measurer(ABC):
         is one call right after every argument but the first was flushed from the caches
         (MetaSchedule's ``enable_cpu_cache_flush`` with ``number=1``): a kernel as a network
         calls it, its weights last touched one network run ago, its data just written."""
-        # MetaSchedule's Local and RPC runners read ``evaluator_config`` each time an input
-        # is submitted (as ``f_run_evaluator``, see _run), so it can be swapped per re-timing
-        runner_config = self.runner.evaluator_config
+        timing = self.evaluator_config  # read by every run (time_artifact)
         if cold and self.device_type == "cpu":
-            self.runner.evaluator_config = EvaluatorConfig(
+            self.evaluator_config = EvaluatorConfig(
                 number=1, repeat=self.config.repeat, min_repeat_ms=0,
                 enable_cpu_cache_flush=True)
         try:
             return self._retime(candidates, rounds)
         finally:
-            self.runner.evaluator_config = runner_config
+            self.evaluator_config = timing
 
     def _retime(self, candidates: Sequence[MeasureCandidate], rounds: int
                 ) -> list[list[MeasureResult]]:
@@ -161,7 +165,7 @@ class Measurer(ABC):
         """Time built candidates ``(candidate, module, artifact)``, one after another."""
         return [self._run(self.runner, *job) for job in jobs]
 
-    def _run(self, runner: Runner, candidate: MeasureCandidate, mod: IRModule, artifact: str
+    def _run(self, runner: Any, candidate: MeasureCandidate, mod: IRModule, artifact: str
              ) -> MeasureResult:
         args_info = ArgInfo.from_entry_func(mod)
         evaluator = None
@@ -171,12 +175,22 @@ class Measurer(ABC):
                 evaluator = candidate.check.evaluator(signature, rpc=self.rpc)
             except Exception as err:  # noqa: BLE001 (a bad reference fails this candidate only)
                 return MeasureResult(error=f"correctness reference failed: {err!r}")
-        return time_artifact(runner, self.device_type, args_info, artifact, evaluator)
+        return self._time_one(runner, args_info, artifact, evaluator)
+
+    def _time_one(self, runner: Any, args_info: list[ArgInfo], artifact: str,
+                  evaluator: CheckedEvaluator | None) -> MeasureResult:
+        """Time one built, checked candidate on ``runner``."""
+        return time_artifact(runner, self.device_type, args_info, artifact,
+                             self.evaluator_config, evaluator)
 
     def close(self) -> None:
         """Stop builder and runner worker processes."""
         self.builder.shutdown()
-        self.runner.pool.shutdown(wait=True)
+        self._close_runner(self.runner, wait=True)
+
+    def _close_runner(self, runner: Any, wait: bool) -> None:
+        """Stop one runner's worker (``wait``: until it is gone)."""
+        runner.pool.shutdown(wait=wait)
 
     def __enter__(self) -> Measurer:
         return self
@@ -196,19 +210,64 @@ class LocalMeasurer(Measurer):
         )
 
 
-class RPCMeasurer(Measurer):
-    """Times candidates on the remote devices behind a TVM RPC tracker key
-    (``config.rpc``), with MetaSchedule's ``RPCRunner``: all of them at once, one candidate
-    per device (:class:`~altenv.measure.fleet.Fleet`). The run timeout is the session
-    timeout; the client gives up on a session ``rpc.connect_timeout`` seconds after it. A
-    device that drops mid-batch has its candidate measured on another."""
-
-    rpc: ClassVar[bool] = True
+class FleetMeasurer(Measurer):
+    """A measurer over several devices: each batch is timed on all of them at once, one
+    candidate per device (:class:`~altenv.measure.fleet.Fleet`); a device that drops
+    mid-batch (its run raises :class:`~altenv.measure.fleet.DeviceLost`) has its candidate
+    timed on another and is replaced by a fresh runner for the next batch. Runners are kept
+    across batches (their workers take seconds to start)."""
 
     def __init__(self, config: MeasureConfig | None = None,
                  target: str | dict[str, Any] | Target | None = None) -> None:
-        self._extra: list[Runner] = []
+        self._extra: list[Any] = []
         super().__init__(config, target)
+
+    @abstractmethod
+    def devices(self) -> int:
+        """How many devices can measure at once now."""
+
+    def _time(self, jobs: Sequence[tuple[MeasureCandidate, IRModule, str]]
+              ) -> list[MeasureResult]:
+        fleet = Fleet(self._slots(min(self.devices(), len(jobs))), self._run_or_lose)
+        results = fleet.measure(jobs)
+        if fleet.lost:
+            warnings.warn(f"{len(fleet.lost)} measuring device(s) dropped mid-batch; their "
+                          "candidates were timed on the others", stacklevel=2)
+        for slot in fleet.lost:
+            self._close_runner(slot, wait=False)
+        self._extra = [slot for slot in self._extra if slot not in fleet.lost]
+        if self.runner in fleet.lost:
+            with sigint_blocked():
+                self.runner = self._make_runner()
+        return results
+
+    def _slots(self, count: int) -> list[Any]:
+        """``count`` runners (at least one), each timing one candidate at a time."""
+        while len(self._extra) < count - 1:
+            with sigint_blocked():
+                self._extra.append(self._make_runner())
+        return [self.runner, *self._extra[:max(count - 1, 0)]]
+
+    def _run_or_lose(self, runner: Any, job: tuple[MeasureCandidate, IRModule, str]
+                     ) -> MeasureResult:
+        result = self._run(runner, *job)
+        if result.error is not None and _DROPPED.search(result.error):
+            raise DeviceLost(result.error.strip().splitlines()[-1])
+        return result
+
+    def close(self) -> None:
+        super().close()
+        for slot in self._extra:
+            self._close_runner(slot, wait=True)
+
+
+class RPCMeasurer(FleetMeasurer):
+    """Times candidates on the remote devices behind a TVM RPC tracker key
+    (``config.rpc``), with MetaSchedule's ``RPCRunner``: all of them at once, one candidate
+    per device. The run timeout is the session timeout; the client gives up on a session
+    ``rpc.connect_timeout`` seconds after it."""
+
+    rpc: ClassVar[bool] = True
 
     def _make_runner(self) -> Runner:
         settings = self.config.rpc
@@ -237,44 +296,6 @@ class RPCMeasurer(Measurer):
         summary = connect_tracker(settings.host, settings.port).summary()
         count = sum(1 for s in summary["server_info"] if s["key"] == f"server:{settings.key}")
         return min(count, settings.max_workers or count)
-
-    def _time(self, jobs: Sequence[tuple[MeasureCandidate, IRModule, str]]
-              ) -> list[MeasureResult]:
-        slots = self._slots(min(self.devices(), len(jobs)))
-        for slot in slots:
-            slot.evaluator_config = self.runner.evaluator_config  # retime's cold setting
-        fleet = Fleet(slots, self._run_or_lose)
-        results = fleet.measure(jobs)
-        if fleet.lost:
-            warnings.warn(f"{len(fleet.lost)} RPC device(s) of key {self.config.rpc.key!r} "
-                          "dropped mid-batch; their candidates went to the others", stacklevel=2)
-        for slot in fleet.lost:  # its worker may still hold the dropped session
-            slot.pool.shutdown(wait=False)
-        self._extra = [slot for slot in self._extra if slot not in fleet.lost]
-        if self.runner in fleet.lost:
-            with sigint_blocked():
-                self.runner = self._make_runner()
-        return results
-
-    def _slots(self, count: int) -> list[Runner]:
-        """``count`` runners (at least one), each with its own worker (one session at a
-        time); kept across batches, as their workers take seconds to start."""
-        while len(self._extra) < count - 1:
-            with sigint_blocked():
-                self._extra.append(self._make_runner())
-        return [self.runner, *self._extra[:max(count - 1, 0)]]
-
-    def close(self) -> None:
-        super().close()
-        for slot in self._extra:
-            slot.pool.shutdown(wait=True)
-
-    def _run_or_lose(self, runner: Runner, job: tuple[MeasureCandidate, IRModule, str]
-                     ) -> MeasureResult:
-        result = self._run(runner, *job)
-        if result.error is not None and _DROPPED.search(result.error):
-            raise DeviceLost(result.error.strip().splitlines()[-1])
-        return result
 
 
 def create(
