@@ -37,7 +37,7 @@ def _tune(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, **{
         "name": args.name, "workload": args.workload, "agent": args.agent,
         "output_dir": args.output_dir, "seed": args.seed, "budget": args.budget,
-        **_set_options(args.set),
+        "ray.address": args.ray, **_set_options(args.set),
     })
     result = (tune_model if cfg.model is not None else tune_workload)(
         cfg, not args.quiet, repair=args.repair)
@@ -226,6 +226,9 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--quiet", action="store_true", help="no progress bar")
     tune.add_argument("--set", action="append", metavar="KEY=VALUE", help=SET_HELP)
     tune.add_argument("--repair", action="store_true", help=REPAIR_HELP)
+    tune.add_argument("--ray", metavar="ADDRESS",
+                      help="tune on a Ray cluster: 'local' (one started here), 'auto' or "
+                           "HOST:PORT of its head (docs/scale-out.md)")
     tune.set_defaults(func=_tune)
 
     tasks = sub.add_parser("tasks", help="what tuning a model would cover: each complex call, "

@@ -39,7 +39,7 @@ from ..graph.frontend import save_model
 from ..graph.in_network import Choice, Contender, choose_layouts, contenders
 from ..graph.lowering import ComplexLowering
 from ..graph.network import NetworkBuild, NetworkPlan, build_plan, other_kernels, plan_network
-from ..measure import Measurer, create
+from ..measure import Measurer
 from ..measure.timing import summaries
 from ..records import RecordDB
 from ..target import make_target
@@ -50,6 +50,7 @@ from ..tuning.scheduler import TaskProgress, handed_out, next_task, similarity_g
 from ..tuning.task import Candidate
 from ..tuning.transfer import TunedTask, carry_back, tuned_task, warm_start
 from .checks import check_run, load_user_model
+from .devices import open_measurer
 from .report import RunResult, speedups
 from .rundir import RunDir
 from .tensorboard import TensorBoardLog
@@ -330,7 +331,7 @@ def tune_model(cfg: RunConfig, progress: bool = True, repair: bool = False) -> R
         save_model(model, run_dir.model)
         plan(run)
         log = TensorBoardLog(run_dir.tensorboard)
-        with create(None, cfg.measure, cfg.target) as measurer:
+        with open_measurer(cfg, cfg.target) as measurer:
             tune_tasks(run, measurer, log)
             hand_out_reserved(run, log)
             log.close()
