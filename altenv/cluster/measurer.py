@@ -62,6 +62,12 @@ class RayBuilder(PyBuilder):
 
     def build(self, build_inputs: list[BuilderInput]) -> list[BuilderResult]:
         """Build a batch on the cluster; failures and timeouts become ``error_msg``."""
+        results, self.last_build_seconds = self.build_timed(build_inputs)
+        return results
+
+    def build_timed(self, build_inputs: list[BuilderInput]
+                    ) -> tuple[list[BuilderResult], list[float]]:
+        """:meth:`build` returning the compile seconds (0.0 when failed) too."""
         refs = [self.task.remote(tvm.ir.save_json(inp.mod), inp.target.export())
                 for inp in build_inputs]
         index = {ref: i for i, ref in enumerate(refs)}
@@ -89,8 +95,7 @@ class RayBuilder(PyBuilder):
             Path(artifact).write_bytes(data)
             results[index[ref]] = BuilderResult(artifact, None)
             seconds[index[ref]] = elapsed
-        self.last_build_seconds = seconds
-        return results
+        return results, seconds
 
     def shutdown(self) -> None:
         """Nothing runs between batches."""
@@ -160,10 +165,10 @@ class RayMeasurer(FleetMeasurer):
         return int(ray.cluster_resources().get(self.settings.device_resource, 0))
 
     def _time_one(self, runner: Any, args_info: list[ArgInfo], artifact: str,
-                  evaluator: CheckedEvaluator | None) -> MeasureResult:
+                  timing: EvaluatorConfig, evaluator: CheckedEvaluator | None
+                  ) -> MeasureResult:
         check = None if evaluator is None else (
             evaluator.data_file, Path(evaluator.data_file).read_bytes(), evaluator.rtol)
-        timing = self.evaluator_config
         start = time.perf_counter()
         ref = runner.time.remote(
             Path(artifact).read_bytes(), self.device_type, [a.as_json() for a in args_info],

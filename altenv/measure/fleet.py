@@ -1,108 +1,90 @@
 """A fleet of measuring devices: one candidate per device at a time, all devices at once.
 
-A batch is a queue of jobs; each device has a thread that takes the next job, hands it to
-its device and waits for the answer (a device answers one job at a time, so a timing is
-never disturbed by another of the same batch). A device that drops mid-batch (a killed RPC
-server, a dead Ray actor) raises :class:`DeviceLost`: its job goes back to the queue for the
-devices left and the device takes no more of this batch. A job is requeued at most
-``requeues`` times (a candidate that kills every device it lands on fails instead), and a
-batch whose devices are all gone fails its remaining jobs; every job gets exactly one
-result.
+The fleet is a pool of idle devices shared by every batch in flight (a network's tasks tune
+concurrently): each job takes an idle device, waits for its answer and gives it back, so a
+device never times two candidates at once and a timing is never disturbed by another on
+the same device. A device that drops mid-job (a killed RPC server, a dead Ray actor)
+raises :class:`DeviceLost`: it leaves the fleet and the job takes another device, at most
+``requeues`` times (a candidate that kills every device it lands on fails instead). With
+no device left, jobs fail; every job gets exactly one result.
 """
 
 from __future__ import annotations
 
-import queue
 import threading
 from collections.abc import Callable, Sequence
-from typing import Generic, TypeVar
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from .result import MeasureResult
-
-Job = TypeVar("Job")
-Device = TypeVar("Device")
 
 
 class DeviceLost(RuntimeError):
     """The device stopped answering (its job was not measured)."""
 
 
-class Fleet(Generic[Device, Job]):
+class Fleet:
     """Measures jobs on devices in parallel, one job per device at a time.
 
     Parameters
     ----------
-    devices : Sequence[Device]
-        The devices; :attr:`lost` collects those that dropped.
-    run : Callable[[Device, Job], MeasureResult]
+    run : Callable[[Any, Any], MeasureResult]
         Measure one job on one device; raises :class:`DeviceLost` when the device is gone.
     requeues : int
-        How often one job may be handed to another device after its device dropped.
+        How often one job may move to another device after its device dropped.
     """
 
-    def __init__(self, devices: Sequence[Device], run: Callable[[Device, Job], MeasureResult],
-                 requeues: int = 2) -> None:
-        self.devices = list(devices)
+    def __init__(self, run: Callable[[Any, Any], MeasureResult], requeues: int = 2) -> None:
         self.run = run
         self.requeues = requeues
-        self.lost: list[Device] = []
-        self.measured_on: list[tuple[int, int]] = []
-        """``(job index, device index)`` of every measurement that came back (in order)."""
+        self.devices: list[Any] = []
+        """The devices in the fleet (busy or idle)."""
+        self.lost: list[Any] = []
+        """Devices that dropped, oldest first."""
+        self._idle: list[Any] = []
+        self._changed = threading.Condition()
 
-    def measure(self, jobs: Sequence[Job]) -> list[MeasureResult]:
-        """One result per job, in order; the devices that drop are moved to :attr:`lost`."""
-        results: list[MeasureResult | None] = [None] * len(jobs)
-        pending: queue.Queue[tuple[int, int]] = queue.Queue()
-        for i in range(len(jobs)):
-            pending.put((i, 0))
-        left = [len(jobs)]
-        lock = threading.Lock()
-        done = threading.Event()
-        if not jobs:
-            return []
-        live = [d for d in self.devices if d not in self.lost]
-        working = [len(live)]
+    def add(self, device: Any) -> None:
+        """A new device, idle."""
+        with self._changed:
+            self.devices.append(device)
+            self._idle.append(device)
+            self._changed.notify()
 
-        def finish(i: int, result: MeasureResult) -> None:
-            with lock:
-                results[i] = result
-                left[0] -= 1
-                if left[0] == 0:
-                    done.set()
+    def _take(self) -> Any | None:
+        with self._changed:
+            while not self._idle and self.devices:
+                self._changed.wait()
+            return self._idle.pop() if self._idle else None
 
-        def serve(index: int, device: Device) -> None:
-            while not done.is_set():
-                try:
-                    i, tries = pending.get(timeout=0.05)
-                except queue.Empty:
-                    continue
-                try:
-                    result = self.run(device, jobs[i])
-                except DeviceLost as err:
-                    with lock:
-                        self.lost.append(device)
-                        working[0] -= 1
-                        alone = working[0] == 0
-                    if tries < self.requeues and not alone:
-                        pending.put((i, tries + 1))
-                    else:
-                        finish(i, MeasureResult(error=f"device lost: {err}"))
-                    if alone:  # nobody is left to take the rest
-                        while not pending.empty():
-                            j, _ = pending.get()
-                            finish(j, MeasureResult(error="no measuring device left"))
-                    return
-                with lock:
-                    self.measured_on.append((i, index))
-                finish(i, result)
+    def _give_back(self, device: Any, lost: bool) -> None:
+        with self._changed:
+            if lost:
+                self.devices.remove(device)
+                self.lost.append(device)
+            else:
+                self._idle.append(device)
+            self._changed.notify_all()
 
-        if not live:
-            return [MeasureResult(error="no measuring device left") for _ in jobs]
-        threads = [threading.Thread(target=serve, args=(self.devices.index(d), d), daemon=True)
-                   for d in live]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        return [r if r is not None else MeasureResult(error="no measuring device left")
-                for r in results]
+    def measure_one(self, job: Any) -> MeasureResult:
+        """Measure one job on the next idle device (another one if that device drops)."""
+        for _ in range(self.requeues + 1):
+            device = self._take()
+            if device is None:
+                return MeasureResult(error="no measuring device left")
+            try:
+                result = self.run(device, job)
+            except DeviceLost as err:
+                self._give_back(device, lost=True)
+                reason = str(err)
+                continue
+            self._give_back(device, lost=False)
+            return result
+        return MeasureResult(error=f"device lost: {reason}")
+
+    def measure(self, jobs: Sequence[Any]) -> list[MeasureResult]:
+        """One result per job, in order, measured on as many devices at once as are idle."""
+        if len(jobs) <= 1:
+            return [self.measure_one(job) for job in jobs]
+        with ThreadPoolExecutor(len(jobs)) as pool:
+            return list(pool.map(self.measure_one, jobs))

@@ -8,6 +8,7 @@ import math
 import os
 import re
 import shutil
+import threading
 import time
 import warnings
 from abc import ABC, abstractmethod
@@ -65,6 +66,10 @@ def time_artifact(runner: Runner, device: str, args_info: list[ArgInfo], artifac
     return MeasureResult(latencies=[float(x) for x in outcome.run_secs], run_seconds=elapsed)
 
 
+Job = tuple[MeasureCandidate, IRModule, str, EvaluatorConfig]
+"""A built candidate to time: the candidate, its module, its artifact, the timing."""
+
+
 class Measurer(ABC):
     """Build candidates and time them on one kind of device.
 
@@ -99,7 +104,7 @@ class Measurer(ABC):
             self.runner = self._make_runner()
 
     def _make_builder(self) -> Any:
-        """The builder of candidates: a MetaSchedule ``Builder`` with ``last_build_seconds``
+        """The builder of candidates: a MetaSchedule ``Builder`` with ``build_timed``
         and ``shutdown()``."""
         return PersistentBuilder(
             max_workers=self.config.build_workers,
@@ -126,21 +131,13 @@ class Measurer(ABC):
         is one call right after every argument but the first was flushed from the caches
         (MetaSchedule's ``enable_cpu_cache_flush`` with ``number=1``): a kernel as a network
         calls it, its weights last touched one network run ago, its data just written."""
-        timing = self.evaluator_config  # read by every run (time_artifact)
+        timing = self.evaluator_config
         if cold and self.device_type == "cpu":
-            self.evaluator_config = EvaluatorConfig(
-                number=1, repeat=self.config.repeat, min_repeat_ms=0,
-                enable_cpu_cache_flush=True)
-        try:
-            return self._retime(candidates, rounds)
-        finally:
-            self.evaluator_config = timing
-
-    def _retime(self, candidates: Sequence[MeasureCandidate], rounds: int
-                ) -> list[list[MeasureResult]]:
+            timing = EvaluatorConfig(number=1, repeat=self.config.repeat, min_repeat_ms=0,
+                                     enable_cpu_cache_flush=True)
         mods = [candidate.mod for candidate in candidates]
-        built = self.builder.build([BuilderInput(mod, self.target) for mod in mods])
-        build_seconds = list(self.builder.last_build_seconds)
+        built, build_seconds = self.builder.build_timed(
+            [BuilderInput(mod, self.target) for mod in mods])
         results: list[list[MeasureResult]] = []
         for build, seconds in zip(built, build_seconds, strict=True):
             failed = build.error_msg is not None
@@ -150,8 +147,8 @@ class Measurer(ABC):
         try:
             for r in range(rounds if ok else 0):
                 order = ok[r % len(ok):] + ok[:r % len(ok)]
-                timed = self._time([(candidates[i], mods[i], str(built[i].artifact_path))
-                                    for i in order])
+                timed = self._time([(candidates[i], mods[i], str(built[i].artifact_path),
+                                     timing) for i in order])
                 for i, result in zip(order, timed, strict=True):
                     result.build_seconds = build_seconds[i] if r == 0 else 0.0
                     results[i].append(result)
@@ -160,13 +157,12 @@ class Measurer(ABC):
                 shutil.rmtree(os.path.dirname(str(built[i].artifact_path)), ignore_errors=True)
         return results
 
-    def _time(self, jobs: Sequence[tuple[MeasureCandidate, IRModule, str]]
-              ) -> list[MeasureResult]:
-        """Time built candidates ``(candidate, module, artifact)``, one after another."""
-        return [self._run(self.runner, *job) for job in jobs]
+    def _time(self, jobs: Sequence[Job]) -> list[MeasureResult]:
+        """Time built candidates, one after another."""
+        return [self._run(self.runner, job) for job in jobs]
 
-    def _run(self, runner: Any, candidate: MeasureCandidate, mod: IRModule, artifact: str
-             ) -> MeasureResult:
+    def _run(self, runner: Any, job: Job) -> MeasureResult:
+        candidate, mod, artifact, timing = job
         args_info = ArgInfo.from_entry_func(mod)
         evaluator = None
         if candidate.check is not None:
@@ -175,13 +171,13 @@ class Measurer(ABC):
                 evaluator = candidate.check.evaluator(signature, rpc=self.rpc)
             except Exception as err:  # noqa: BLE001 (a bad reference fails this candidate only)
                 return MeasureResult(error=f"correctness reference failed: {err!r}")
-        return self._time_one(runner, args_info, artifact, evaluator)
+        return self._time_one(runner, args_info, artifact, timing, evaluator)
 
     def _time_one(self, runner: Any, args_info: list[ArgInfo], artifact: str,
-                  evaluator: CheckedEvaluator | None) -> MeasureResult:
+                  timing: EvaluatorConfig, evaluator: CheckedEvaluator | None
+                  ) -> MeasureResult:
         """Time one built, checked candidate on ``runner``."""
-        return time_artifact(runner, self.device_type, args_info, artifact,
-                             self.evaluator_config, evaluator)
+        return time_artifact(runner, self.device_type, args_info, artifact, timing, evaluator)
 
     def close(self) -> None:
         """Stop builder and runner worker processes."""
@@ -211,54 +207,48 @@ class LocalMeasurer(Measurer):
 
 
 class FleetMeasurer(Measurer):
-    """A measurer over several devices: each batch is timed on all of them at once, one
-    candidate per device (:class:`~altenv.measure.fleet.Fleet`); a device that drops
-    mid-batch (its run raises :class:`~altenv.measure.fleet.DeviceLost`) has its candidate
-    timed on another and is replaced by a fresh runner for the next batch. Runners are kept
-    across batches (their workers take seconds to start)."""
+    """A measurer over several devices (:class:`~altenv.measure.fleet.Fleet`): the
+    candidates of every batch in flight are timed on all devices at once, one candidate per
+    device; a device that drops mid-batch (its run raises
+    :class:`~altenv.measure.fleet.DeviceLost`) has its candidate timed on another and is
+    replaced before the next batch. Runners are kept across batches (their workers take
+    seconds to start); :attr:`runner` is the first one."""
 
     def __init__(self, config: MeasureConfig | None = None,
                  target: str | dict[str, Any] | Target | None = None) -> None:
-        self._extra: list[Any] = []
+        self.fleet = Fleet(self._run_or_lose)
+        self._growing = threading.Lock()
         super().__init__(config, target)
+        self.fleet.add(self.runner)
 
     @abstractmethod
     def devices(self) -> int:
         """How many devices can measure at once now."""
 
-    def _time(self, jobs: Sequence[tuple[MeasureCandidate, IRModule, str]]
-              ) -> list[MeasureResult]:
-        fleet = Fleet(self._slots(min(self.devices(), len(jobs))), self._run_or_lose)
-        results = fleet.measure(jobs)
-        if fleet.lost:
-            warnings.warn(f"{len(fleet.lost)} measuring device(s) dropped mid-batch; their "
-                          "candidates were timed on the others", stacklevel=2)
-        for slot in fleet.lost:
-            self._close_runner(slot, wait=False)
-        self._extra = [slot for slot in self._extra if slot not in fleet.lost]
-        if self.runner in fleet.lost:
-            with sigint_blocked():
-                self.runner = self._make_runner()
-        return results
+    def _time(self, jobs: Sequence[Job]) -> list[MeasureResult]:
+        with self._growing:  # replace lost devices, add new ones, up to what the batch uses
+            for lost in self.fleet.lost:
+                self._close_runner(lost, wait=False)
+            if self.fleet.lost:
+                warnings.warn(f"{len(self.fleet.lost)} measuring device(s) dropped; their "
+                              "candidates were timed on the others", stacklevel=3)
+            self.fleet.lost.clear()
+            while len(self.fleet.devices) < min(self.devices(), len(jobs)):
+                with sigint_blocked():
+                    self.fleet.add(self._make_runner())
+        return self.fleet.measure(jobs)
 
-    def _slots(self, count: int) -> list[Any]:
-        """``count`` runners (at least one), each timing one candidate at a time."""
-        while len(self._extra) < count - 1:
-            with sigint_blocked():
-                self._extra.append(self._make_runner())
-        return [self.runner, *self._extra[:max(count - 1, 0)]]
-
-    def _run_or_lose(self, runner: Any, job: tuple[MeasureCandidate, IRModule, str]
-                     ) -> MeasureResult:
-        result = self._run(runner, *job)
+    def _run_or_lose(self, runner: Any, job: Job) -> MeasureResult:
+        result = self._run(runner, job)
         if result.error is not None and _DROPPED.search(result.error):
             raise DeviceLost(result.error.strip().splitlines()[-1])
         return result
 
     def close(self) -> None:
-        super().close()
-        for slot in self._extra:
-            self._close_runner(slot, wait=True)
+        """Stop the builder and every device's worker."""
+        self.builder.shutdown()
+        for runner in self.fleet.devices + self.fleet.lost:
+            self._close_runner(runner, wait=True)
 
 
 class RPCMeasurer(FleetMeasurer):
