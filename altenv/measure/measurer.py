@@ -229,14 +229,15 @@ class FleetMeasurer(Measurer):
         with self._growing:  # replace lost devices, add new ones, up to what the batch uses
             for lost in self.fleet.lost:
                 self._close_runner(lost, wait=False)
-            if self.fleet.lost:
-                warnings.warn(f"{len(self.fleet.lost)} measuring device(s) dropped; their "
-                              "candidates were timed on the others", stacklevel=3)
             self.fleet.lost.clear()
             while len(self.fleet.devices) < min(self.devices(), len(jobs)):
                 with sigint_blocked():
                     self.fleet.add(self._make_runner())
-        return self.fleet.measure(jobs)
+        results = self.fleet.measure(jobs)
+        if self.fleet.lost:
+            warnings.warn(f"{len(self.fleet.lost)} measuring device(s) dropped; their "
+                          "candidates were timed on the others", stacklevel=3)
+        return results
 
     def _run_or_lose(self, runner: Any, job: Job) -> MeasureResult:
         result = self._run(runner, job)
