@@ -191,3 +191,16 @@ def test_ray_run_resumes_after_kill_9_without_measuring_twice(tmp_path, ray_clus
     assert len(keys) == 12 and len(set(keys)) == 12
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert summary["resumed_records"] == before and summary["trials"] == 12
+
+
+def test_bad_ray_settings_are_one_line_and_leave_no_run_dir(tmp_path, capsys) -> None:
+    from altenv.cli import main
+
+    base = ["tune", "--workload", "gmm:M=16,N=16,K=16", "--budget", "4", "--name", "r",
+            "--output-dir", str(tmp_path)]
+    assert main([*base, "--ray", "127.0.0.1:1"]) == 2  # nothing listens on port 1
+    assert "ray.address: nothing answers at '127.0.0.1:1'" in capsys.readouterr().err
+    assert main([*base, "--ray", "local", "--set",
+                 "measure.rpc={tracker: '127.0.0.1:9190', key: k}"]) == 2
+    assert "measure.rpc is allowed only without ray" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()

@@ -2,10 +2,29 @@
 
 from __future__ import annotations
 
+import socket
+
 import ray
 
 from ..errors import UserError
 from .settings import RaySettings
+
+
+def reachable(address: str, timeout: float = 5.0) -> None:
+    """A ``HOST:PORT`` (or ``ray://HOST:PORT``) that no socket answers is a
+    :class:`~altenv.errors.UserError` (Ray itself retries for half a minute, then aborts
+    the process)."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if address == "auto" or not sep:
+        return
+    if not port.isdigit():
+        raise UserError(f"ray.address: {address!r} is not HOST:PORT; allowed: local, auto or "
+                        "HOST:PORT of a running cluster's head")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as err:
+        raise UserError(f"ray.address: nothing answers at {address!r} ({err.strerror or err}); "
+                        "start the head with ray start --head, or use --ray local") from None
 
 
 def connect(settings: RaySettings) -> None:
@@ -17,6 +36,7 @@ def connect(settings: RaySettings) -> None:
         ray.init(resources={settings.device_resource: 1}, include_dashboard=False,
                  log_to_driver=False, configure_logging=False)
     else:
+        reachable(settings.address)
         try:
             ray.init(address=settings.address, log_to_driver=False, configure_logging=False)
         except (ConnectionError, ValueError, RuntimeError) as err:

@@ -10,11 +10,10 @@ from ..measure import Measurer, create
 
 
 def open_measurer(cfg: RunConfig, target: Any) -> Measurer:
-    """The run's measurer (a context manager; closing it stops its workers)."""
+    """The run's measurer (a context manager; closing it stops its workers); a Ray run's
+    cluster was joined by :func:`~altenv.pipeline.checks.check_run`."""
     if cfg.ray is None:
         return create(None, cfg.measure, target)
     from ..cluster.measurer import RayMeasurer  # Ray only for a run that names it
-    from ..cluster.session import connect
 
-    connect(cfg.ray)
     return RayMeasurer(cfg.ray, cfg.measure, target)
