@@ -203,10 +203,12 @@ def _bench_scale(args: argparse.Namespace) -> int:
               + f"; ray/local (medians) {result['ray_over_local']:.2f}")
     if not args.no_simulation:
         print(f"simulated fleets tuning {args.model} (agent {args.agent}):")
-        print("devices  trials  trials/min  of linear  device utilization")
+        print("devices  trials  trials/min  of linear  device utilization  "
+              "driver s/trial: search  cost model")
         for row in simulate(args.model, devices, trials, agent=args.agent):
             print(f"{row['devices']:7d}  {row['trials']:6d}  {row['trials_per_min']:10.1f}  "
-                  f"{row['of_linear']:9.2f}  {row['device_utilization']:18.3f}")
+                  f"{row['of_linear']:9.2f}  {row['device_utilization']:18.3f}  "
+                  f"{row['search_s_per_trial']:22.2f}  {row['cost_model_s_per_trial']:10.2f}")
     return 0
 
 

@@ -140,12 +140,15 @@ def simulate(model: str, devices: Sequence[int], trials: Sequence[int],
                     hand_out_reserved(run, measurer, lambda session: None)
                     elapsed = time.perf_counter() - start
                     busy, answered = measurer.busy, sorted(measurer.answered)
+                driver = {k: sum(s.seconds[k] for s in run.opened.values())
+                          for k in ("search", "cost_model")}
             with RecordDB(run_dir.records) as db:
                 measured = len(db)
         steady = answered[-1] - answered[0]  # from the first answer to the last
         rows.append({"devices": count, "trials": measured, "seconds": elapsed,
                      "trials_per_min": 60 * (len(answered) - 1) / steady,
-                     "device_utilization": busy / (count * steady)})
+                     "device_utilization": busy / (count * steady),
+                     **{f"{k}_s_per_trial": v / measured for k, v in driver.items()}})
     base = rows[0]["trials_per_min"] / rows[0]["devices"]
     for row in rows:
         row["of_linear"] = row["trials_per_min"] / (base * row["devices"])
