@@ -208,12 +208,11 @@ def test_bad_ray_settings_are_one_line_and_leave_no_run_dir(tmp_path, capsys) ->
 
 @pytest.mark.slow
 def test_simulated_fleet_runs_the_real_tuning_stages(tiny_model) -> None:
-    """``altenv bench scale``'s simulation: the tiny network's tasks, scheduler, records
-    and cost model on 1 and 4 simulated devices; every trial is answered once."""
+    """``altenv bench scale``'s simulation: the tiny network's tasks (tuned at once),
+    scheduler, records and cost model on 4 simulated devices; the budget is met."""
     from altenv.bench.scale import simulate
 
-    rows = simulate(tiny_model, [1, 4], [12, 12], agent="random", top_k=2,
-                    build_seconds=0.01, session_seconds=0.02)
-    assert [r["devices"] for r in rows] == [1, 4] and [r["trials"] for r in rows] == [12, 12]
-    assert rows[0]["of_linear"] == 1.0 and all(r["trials_per_min"] > 0 for r in rows)
-    assert all(0 < r["device_utilization"] <= 1 for r in rows)
+    (row,) = simulate(tiny_model, [4], [12], agent="random", top_k=2,
+                      build_seconds=0.01, session_seconds=0.02)
+    assert row["devices"] == 4 and row["trials"] == 12 and row["of_linear"] == 1.0
+    assert row["trials_per_min"] > 0 and 0 < row["device_utilization"] <= 1
