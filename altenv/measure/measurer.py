@@ -1,6 +1,7 @@
 """Measurers: build a batch in persistent workers, then time each build with a MetaSchedule
-runner (``LocalRunner`` here, ``RPCRunner`` through a tracker). Every failure is recorded on
-its own candidate; a batch never stops early."""
+runner (``LocalRunner`` here, one candidate after another; ``RPCRunner`` on every device
+behind a tracker key at once, a :class:`FleetMeasurer`). Every failure is recorded on its
+own candidate; a batch never stops early."""
 
 from __future__ import annotations
 
