@@ -37,7 +37,7 @@ def _tune(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, **{
         "name": args.name, "workload": args.workload, "agent": args.agent,
         "output_dir": args.output_dir, "seed": args.seed, "budget": args.budget,
-        **_set_options(args.set),
+        "ray.address": args.ray, **_set_options(args.set),
     })
     result = (tune_model if cfg.model is not None else tune_workload)(
         cfg, not args.quiet, repair=args.repair)
@@ -195,6 +195,38 @@ def _bench_envs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_scale(args: argparse.Namespace) -> int:
+    from .bench.scale import overhead, simulate  # loads TVM: only when run
+    from .config import ConfigError
+    from .target import make_target
+
+    try:
+        devices = [int(n) for n in args.devices.split(",")]
+        trials = [int(n) for n in args.trials.split(",")]
+    except ValueError:
+        devices, trials = [], []
+    if not devices or len(devices) != len(trials) or min(devices + trials) < 1:
+        raise ConfigError("bench scale: --devices and --trials take as many counts >= 1, "
+                          "such as --devices 1,10 --trials 40,120")
+    print(f"host {make_target(None)}")
+    if not args.no_overhead:
+        result = overhead(args.workload, args.overhead_trials, args.rounds)
+        print(f"{args.workload}, {args.overhead_trials} trials, {args.rounds} rounds "
+              "interleaved: trials/min local "
+              + " ".join(f"{m:.1f}" for m in result["trials_per_min"]["local"]) + ", ray "
+              + " ".join(f"{m:.1f}" for m in result["trials_per_min"]["ray"])
+              + f"; ray/local (medians) {result['ray_over_local']:.2f}")
+    if not args.no_simulation:
+        print(f"simulated fleets tuning {args.model} (agent {args.agent}):")
+        print("devices  trials  trials/min  of linear  device utilization  "
+              "driver s/trial: search  cost model")
+        for row in simulate(args.model, devices, trials, agent=args.agent):
+            print(f"{row['devices']:7d}  {row['trials']:6d}  {row['trials_per_min']:10.1f}  "
+                  f"{row['of_linear']:9.2f}  {row['device_utilization']:18.3f}  "
+                  f"{row['search_s_per_trial']:22.2f}  {row['cost_model_s_per_trial']:10.2f}")
+    return 0
+
+
 def _entry_name(spec: str) -> str:
     """A directory-safe short name of an ad-hoc workload spec or model."""
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", spec).strip("_")[:80]
@@ -241,6 +273,9 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--quiet", action="store_true", help="no progress bar")
     tune.add_argument("--set", action="append", metavar="KEY=VALUE", help=SET_HELP)
     tune.add_argument("--repair", action="store_true", help=REPAIR_HELP)
+    tune.add_argument("--ray", metavar="ADDRESS",
+                      help="tune on a Ray cluster: 'local' (one started here), 'auto' or "
+                           "HOST:PORT of its head (docs/scale-out.md)")
     tune.set_defaults(func=_tune)
 
     tasks = sub.add_parser("tasks", help="what tuning a model would cover: each complex call, "
@@ -319,6 +354,19 @@ def build_parser() -> argparse.ArgumentParser:
     peak.add_argument("--target", help="TVM target (default: this host)")
     peak.add_argument("--refresh", action="store_true", help="measure again, ignoring the cache")
     peak.set_defaults(func=_bench_peak)
+    scale = kinds.add_parser("scale", help="scaling out: the Ray path against the local one, "
+                                           "and simulated fleets of devices")
+    scale.add_argument("--workload", default="gmm:M=64,N=64,K=64",
+                       help="operator of the Ray-vs-local comparison")
+    scale.add_argument("--overhead-trials", type=int, default=32)
+    scale.add_argument("--rounds", type=int, default=3, help="interleaved runs of each path")
+    scale.add_argument("--model", default="resnet18", help="network of the simulation")
+    scale.add_argument("--devices", default="1,10,100,1000", help="simulated fleet sizes")
+    scale.add_argument("--trials", default="40,120,300,300", help="trials per fleet size")
+    scale.add_argument("--agent", default="random", help="agent of the simulation")
+    scale.add_argument("--no-overhead", action="store_true", help="skip the comparison")
+    scale.add_argument("--no-simulation", action="store_true", help="skip the simulation")
+    scale.set_defaults(func=_bench_scale)
     return parser
 
 

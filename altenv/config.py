@@ -23,6 +23,7 @@ from pydantic import (
 
 import agents
 
+from .cluster.settings import RaySettings
 from .errors import UserError
 from .mapping.space import check_generator
 from .measure import MeasureConfig
@@ -224,6 +225,9 @@ class RunConfig(_Run):
     #: polynomial versions (``erf``: within 4.2e-7; ``exp``: relative 4.1e-6); ``[]`` keeps
     #: libm's.
     fast_math: list[Literal["erf", "tanh", "exp"]] = Field(default_factory=lambda: ["erf"])
+    #: tune on a Ray cluster (builds as Ray tasks, one actor per measuring device);
+    #: ``None`` measures in this process as configured in ``measure``
+    ray: RaySettings | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -254,6 +258,9 @@ class RunConfig(_Run):
         if self.workload is not None and self.budget.others:
             raise ValueError("budget.others: an operator run has no other kernels; allowed "
                              "only with 'model'")
+        if self.ray is not None and self.measure.rpc is not None:
+            raise ValueError("ray: measures on the cluster's device actors; measure.rpc is "
+                             "allowed only without ray")
         return self
 
 

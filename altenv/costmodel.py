@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -186,6 +187,7 @@ class CostModel:
         self._groups: dict[str, _Group] = {}
         self._trained_size = 0
         self._rng = np.random.default_rng(seed)
+        self._lock = threading.RLock()  # a network's sessions may tune in several threads
 
     @property
     def num_records(self) -> int:
@@ -218,6 +220,11 @@ class CostModel:
             latencies: Sequence[float | None]) -> None:
         """Add measured records of ``workload`` without training. A latency that is None,
         non-finite or non-positive marks a failed measurement."""
+        with self._lock:
+            self._add(workload, features, latencies)
+
+    def _add(self, workload: str, features: Sequence[np.ndarray],
+             latencies: Sequence[float | None]) -> None:
         if len(features) != len(latencies):
             raise ValueError(f"update: {len(features)} feature sets, {len(latencies)} latencies")
         group = self._groups.setdefault(workload, _Group())
@@ -232,29 +239,36 @@ class CostModel:
                latencies: Sequence[float | None]) -> None:
         """:meth:`add` the records, then retrain once the record count grew by
         ``retrain_growth`` since the last training."""
-        self.add(workload, features, latencies)
-        size = self.num_records
-        if size and size >= self._trained_size * (1 + self.retrain_growth):
-            self.fit()
+        with self._lock:
+            self._add(workload, features, latencies)
+            size = self.num_records
+            if size and size >= self._trained_size * (1 + self.retrain_growth):
+                self.fit()
 
     def predict(self, features: Sequence[np.ndarray]) -> np.ndarray:
         """Predicted throughput relative to the best seen for the workload (higher is
         better), one per feature set; uniform random before the first training."""
         n = len(features)
-        if self.booster is None or n == 0:
-            return self._rng.uniform(size=n)
+        booster = self.booster
+        if booster is None or n == 0:
+            with self._lock:
+                return self._rng.uniform(size=n)
         keep = [i for i, f in enumerate(features) if len(f)]
         scores = np.zeros(n)
         if keep:  # PackSum's sum of store scores, without its DMatrix (slow for a few rows)
             rows = np.concatenate([features[i] for i in keep]).astype(np.float32, copy=False)
             ids = np.repeat(np.arange(len(keep)), [len(features[i]) for i in keep])
-            pred = self.booster.inplace_predict(rows)
+            pred = booster.inplace_predict(rows)
             scores[keep] = np.bincount(ids, weights=pred, minlength=len(keep))
         return scores
 
     def fit(self) -> None:
         """Train on every record (continuing from :attr:`base` where there is one, once
         there are ``base_warmup`` records)."""
+        with self._lock:
+            self._fit()
+
+    def _fit(self) -> None:
         xs = [f for g in self._groups.values() for f in g.features]
         if not xs or (self.base is not None and len(xs) < self.base_warmup):
             return

@@ -22,6 +22,7 @@ import json
 import math
 import os
 import statistics
+import threading
 import time
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
@@ -281,6 +282,7 @@ class RecordDB:
     def __init__(self, path: str | Path, repair: bool = False) -> None:
         self.path = Path(path)
         self.repair = repair
+        self._writing = threading.Lock()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._load()
         self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
@@ -399,10 +401,12 @@ class RecordDB:
         self._next_line += 1
 
     def add(self, record: Record) -> Record:
-        """Append ``record`` durably (flush + fsync) and index it."""
-        line = self._next_line
-        self._append(record.to_json())
-        self._index(record, line)
+        """Append ``record`` durably (flush + fsync) and index it (one writer: the sessions
+        of a network tuning in several threads take turns)."""
+        with self._writing:
+            line = self._next_line
+            self._append(record.to_json())
+            self._index(record, line)
         return record
 
     def add_final(self, final: Final) -> Final:
@@ -411,8 +415,9 @@ class RecordDB:
         if unknown or len(final.keys) != len(final.latencies) or not final.keys:
             raise ValueError(f"finalists of {final.workload}: keys without records or "
                              f"without a latency each ({unknown or final.keys})")
-        self._append({"final": asdict(final)})
-        self._finals[final.workload] = final
+        with self._writing:
+            self._append({"final": asdict(final)})
+            self._finals[final.workload] = final
         return final
 
     def final(self, workload: str) -> Final | None:

@@ -165,22 +165,23 @@ def test_retime_builds_once_and_runs_every_round(measurer: LocalMeasurer) -> Non
 
 def test_cold_retime_flushes_before_each_single_call(measurer: LocalMeasurer,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    """A cold re-timing runs with MetaSchedule's CPU cache flush and one call per latency,
-    and hands the runner its own settings back afterwards."""
+    """A cold re-timing runs with MetaSchedule's CPU cache flush and one call per latency;
+    the measurer's own settings stay as they were."""
     seen = []
-    retime = measurer._retime
+    time_jobs = measurer._time
 
-    def spy(candidates, rounds):
-        seen.append(measurer.runner.evaluator_config)
-        return retime(candidates, rounds)
+    def spy(jobs):
+        seen.extend(job[3] for job in jobs)
+        return time_jobs(jobs)
 
-    monkeypatch.setattr(measurer, "_retime", spy)
-    before = measurer.runner.evaluator_config
+    monkeypatch.setattr(measurer, "_time", spy)
+    before = measurer.evaluator_config
     (rounds,) = measurer.retime([MeasureCandidate(tiled_matmul(8))], rounds=2, cold=True)
     assert len(rounds) == 2 and all(r.ok and len(r.latencies) == 3 for r in rounds)
-    (config,) = seen
-    assert config.enable_cpu_cache_flush and config.number == 1 and config.min_repeat_ms == 0
-    assert measurer.runner.evaluator_config is before and not before.enable_cpu_cache_flush
+    assert len(seen) == 2
+    assert all(c.enable_cpu_cache_flush and c.number == 1 and c.min_repeat_ms == 0
+               for c in seen)
+    assert measurer.evaluator_config is before and not before.enable_cpu_cache_flush
 
 
 def test_correctness_check_rejects_a_wrong_candidate(measurer: LocalMeasurer) -> None:

@@ -81,6 +81,13 @@ class PersistentBuilder(PyBuilder):
     def build(self, build_inputs: list[BuilderInput]) -> list[BuilderResult]:
         """Build a batch; failures and timeouts become ``BuilderResult.error_msg``.
         Per-candidate compile seconds land in ``last_build_seconds`` (0.0 when failed)."""
+        results, self.last_build_seconds = self.build_timed(build_inputs)
+        return results
+
+    def build_timed(self, build_inputs: list[BuilderInput]
+                    ) -> tuple[list[BuilderResult], list[float]]:
+        """:meth:`build` returning the compile seconds (0.0 when failed) with the results
+        (safe when several threads build at once)."""
         for build_input in build_inputs:
             if build_input.params is not None:
                 raise ValueError("PersistentBuilder builds TIR candidates; params are unsupported")
@@ -99,8 +106,7 @@ class PersistentBuilder(PyBuilder):
                 msg = f"PersistentBuilder: An exception occurred\n{item.value}"
             results.append(BuilderResult(None, msg))
             seconds.append(0.0)
-        self.last_build_seconds = seconds
-        return results
+        return results, seconds
 
     def worker_pids(self) -> set[int]:
         """Process ids of the live workers (for checking that they persist across batches)."""

@@ -22,14 +22,19 @@ class RPCSettings(Strict):
         Device key the RPC servers registered under.
     priority : int
         Session priority at the tracker.
-    max_workers : int
-        Parallel RPC sessions (one per device of that key is the usual choice).
+    max_workers : int | None
+        At most this many devices measure at once (``None``: every server registered under
+        the key, one candidate each).
+    connect_timeout : float
+        Seconds on top of ``measure.run_timeout`` the client waits for a session's answer
+        before it gives up on it (a device that hangs).
     """
 
     tracker: str
     key: str
     priority: int = 1
-    max_workers: int = 1
+    max_workers: int | None = Field(None, ge=1)
+    connect_timeout: float = Field(30.0, gt=0)
 
     @field_validator("tracker")
     @classmethod

@@ -1,6 +1,7 @@
 """Measurers: build a batch in persistent workers, then time each build with a MetaSchedule
-runner (``LocalRunner`` here, ``RPCRunner`` through a tracker). Every failure is recorded on
-its own candidate; a batch never stops early."""
+runner (``LocalRunner`` here, one candidate after another; ``RPCRunner`` on every device
+behind a tracker key at once, a :class:`FleetMeasurer`). Every failure is recorded on its
+own candidate; a batch never stops early."""
 
 from __future__ import annotations
 
@@ -8,12 +9,15 @@ import math
 import os
 import re
 import shutil
+import threading
 import time
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
 from tvm.ir import IRModule
+from tvm.rpc import connect_tracker
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.meta_schedule.builder import BuilderInput
 from tvm.s_tir.meta_schedule.runner import (
@@ -28,10 +32,15 @@ from tvm.target import Target
 
 from ..target import make_target, target_cores, use_tvm_threads
 from .builder import PersistentBuilder
+from .check import CheckedEvaluator
 from .config import MeasureConfig
+from .fleet import DeviceLost, Fleet
 from .result import MeasureCandidate, MeasureResult
-from .signals import sigint_blocked
+from .signals import shielded_pool, sigint_blocked
 
+_DROPPED = re.compile(r"RPCCode::kReturn|connection (reset|refused|closed)|broken pipe|"
+                      r"socket error|cannot connect", re.IGNORECASE)
+"""Errors of an RPC session whose device went away (the candidate was not timed)."""
 _WRONG_RESULT = re.compile(r"WrongResultError: (wrong result \(max rel err [^)]*\))")
 
 
@@ -39,6 +48,27 @@ def device_type(target: Target) -> str:
     """Runtime device name of a target kind (``llvm`` runs on ``cpu``)."""
     kind = str(target.kind.name)
     return "cpu" if kind in ("llvm", "c") else kind
+
+
+def time_artifact(runner: Runner, device: str, args_info: list[ArgInfo], artifact: str,
+                  timing: EvaluatorConfig, evaluator: Any = None) -> MeasureResult:
+    """Time one built artifact with a MetaSchedule runner; ``timing`` and ``evaluator`` (a
+    checking ``f_run_evaluator`` or ``None``) are read by MetaSchedule's Local and RPC
+    runners each time an input is submitted."""
+    runner.evaluator_config, runner.f_run_evaluator = timing, evaluator
+    start = time.perf_counter()
+    (future,) = runner.run([RunnerInput(artifact, device, args_info)])
+    outcome = future.result()
+    elapsed = time.perf_counter() - start
+    if outcome.error_msg is not None:
+        error = str(outcome.error_msg)
+        wrong = _WRONG_RESULT.search(error)
+        return MeasureResult(error=wrong.group(1) if wrong else error, run_seconds=elapsed)
+    return MeasureResult(latencies=[float(x) for x in outcome.run_secs], run_seconds=elapsed)
+
+
+Job = tuple[MeasureCandidate, IRModule, str, EvaluatorConfig]
+"""A built candidate to time: the candidate, its module, its artifact, the timing."""
 
 
 class Measurer(ABC):
@@ -70,18 +100,23 @@ class Measurer(ABC):
             min_repeat_ms=self.config.min_repeat_ms,
             enable_cpu_cache_flush=self.config.enable_cpu_cache_flush,
         )
-        self.builder = PersistentBuilder(
+        self.builder = self._make_builder()
+        with sigint_blocked():  # its worker starts now; Ctrl-C is for this process
+            self.runner = self._make_runner()
+
+    def _make_builder(self) -> Any:
+        """The builder of candidates: a MetaSchedule ``Builder`` with ``build_timed``
+        and ``shutdown()``."""
+        return PersistentBuilder(
             max_workers=self.config.build_workers,
             timeout_sec=self.config.build_timeout,
             preload=self.config.builder_preload,
             max_process_uses=self.config.builder_max_uses,
         )
-        with sigint_blocked():  # its worker starts now; Ctrl-C is for this process
-            self.runner = self._make_runner()
 
     @abstractmethod
-    def _make_runner(self) -> Runner:
-        """The MetaSchedule runner this measurer times with."""
+    def _make_runner(self) -> Any:
+        """What this measurer times with (a MetaSchedule runner, a device actor)."""
 
     def measure(self, candidates: Sequence[MeasureCandidate]) -> list[MeasureResult]:
         """Build all candidates in parallel, then run them one by one; one result each."""
@@ -97,23 +132,13 @@ class Measurer(ABC):
         is one call right after every argument but the first was flushed from the caches
         (MetaSchedule's ``enable_cpu_cache_flush`` with ``number=1``): a kernel as a network
         calls it, its weights last touched one network run ago, its data just written."""
-        # MetaSchedule's Local and RPC runners read ``evaluator_config`` each time an input
-        # is submitted (as ``f_run_evaluator``, see _run), so it can be swapped per re-timing
-        runner_config = self.runner.evaluator_config
+        timing = self.evaluator_config
         if cold and self.device_type == "cpu":
-            self.runner.evaluator_config = EvaluatorConfig(
-                number=1, repeat=self.config.repeat, min_repeat_ms=0,
-                enable_cpu_cache_flush=True)
-        try:
-            return self._retime(candidates, rounds)
-        finally:
-            self.runner.evaluator_config = runner_config
-
-    def _retime(self, candidates: Sequence[MeasureCandidate], rounds: int
-                ) -> list[list[MeasureResult]]:
+            timing = EvaluatorConfig(number=1, repeat=self.config.repeat, min_repeat_ms=0,
+                                     enable_cpu_cache_flush=True)
         mods = [candidate.mod for candidate in candidates]
-        built = self.builder.build([BuilderInput(mod, self.target) for mod in mods])
-        build_seconds = list(self.builder.last_build_seconds)
+        built, build_seconds = self.builder.build_timed(
+            [BuilderInput(mod, self.target) for mod in mods])
         results: list[list[MeasureResult]] = []
         for build, seconds in zip(built, build_seconds, strict=True):
             failed = build.error_msg is not None
@@ -122,8 +147,10 @@ class Measurer(ABC):
         ok = [i for i, build in enumerate(built) if build.error_msg is None]
         try:
             for r in range(rounds if ok else 0):
-                for i in ok[r % len(ok):] + ok[:r % len(ok)]:
-                    result = self._run(candidates[i], mods[i], str(built[i].artifact_path))
+                order = ok[r % len(ok):] + ok[:r % len(ok)]
+                timed = self._time([(candidates[i], mods[i], str(built[i].artifact_path),
+                                     timing) for i in order])
+                for i, result in zip(order, timed, strict=True):
                     result.build_seconds = build_seconds[i] if r == 0 else 0.0
                     results[i].append(result)
         finally:
@@ -131,7 +158,12 @@ class Measurer(ABC):
                 shutil.rmtree(os.path.dirname(str(built[i].artifact_path)), ignore_errors=True)
         return results
 
-    def _run(self, candidate: MeasureCandidate, mod: IRModule, artifact: str) -> MeasureResult:
+    def _time(self, jobs: Sequence[Job]) -> list[MeasureResult]:
+        """Time built candidates, one after another."""
+        return [self._run(self.runner, job) for job in jobs]
+
+    def _run(self, runner: Any, job: Job) -> MeasureResult:
+        candidate, mod, artifact, timing = job
         args_info = ArgInfo.from_entry_func(mod)
         evaluator = None
         if candidate.check is not None:
@@ -140,23 +172,22 @@ class Measurer(ABC):
                 evaluator = candidate.check.evaluator(signature, rpc=self.rpc)
             except Exception as err:  # noqa: BLE001 (a bad reference fails this candidate only)
                 return MeasureResult(error=f"correctness reference failed: {err!r}")
-        # Both MetaSchedule runners read ``f_run_evaluator`` when an input is submitted.
-        self.runner.f_run_evaluator = evaluator
-        start = time.perf_counter()
-        (future,) = self.runner.run([RunnerInput(artifact, self.device_type, args_info)])
-        outcome = future.result()
-        elapsed = time.perf_counter() - start
-        if outcome.error_msg is not None:
-            error = str(outcome.error_msg)
-            wrong = _WRONG_RESULT.search(error)
-            return MeasureResult(error=wrong.group(1) if wrong else error, run_seconds=elapsed)
-        latencies = [float(x) for x in outcome.run_secs]
-        return MeasureResult(latencies=latencies, run_seconds=elapsed)
+        return self._time_one(runner, args_info, artifact, timing, evaluator)
+
+    def _time_one(self, runner: Any, args_info: list[ArgInfo], artifact: str,
+                  timing: EvaluatorConfig, evaluator: CheckedEvaluator | None
+                  ) -> MeasureResult:
+        """Time one built, checked candidate on ``runner``."""
+        return time_artifact(runner, self.device_type, args_info, artifact, timing, evaluator)
 
     def close(self) -> None:
         """Stop builder and runner worker processes."""
         self.builder.shutdown()
-        self.runner.pool.shutdown(wait=True)
+        self._close_runner(self.runner, wait=True)
+
+    def _close_runner(self, runner: Any, wait: bool) -> None:
+        """Stop one runner's worker (``wait``: until it is gone)."""
+        runner.pool.shutdown(wait=wait)
 
     def __enter__(self) -> Measurer:
         return self
@@ -176,10 +207,57 @@ class LocalMeasurer(Measurer):
         )
 
 
-class RPCMeasurer(Measurer):
-    """Times candidates on remote devices found through a TVM RPC tracker
-    (``config.rpc``), with MetaSchedule's ``RPCRunner``; the run timeout is the session
-    timeout."""
+class FleetMeasurer(Measurer):
+    """A measurer over several devices (:class:`~altenv.measure.fleet.Fleet`): the
+    candidates of every batch in flight are timed on all devices at once, one candidate per
+    device; a device that drops mid-batch (its run raises
+    :class:`~altenv.measure.fleet.DeviceLost`) has its candidate timed on another and is
+    replaced before the next batch. Runners are kept across batches (their workers take
+    seconds to start); :attr:`runner` is the first one."""
+
+    def __init__(self, config: MeasureConfig | None = None,
+                 target: str | dict[str, Any] | Target | None = None) -> None:
+        self.fleet = Fleet(self._run_or_lose)
+        self._growing = threading.Lock()
+        super().__init__(config, target)
+        self.fleet.add(self.runner)
+
+    @abstractmethod
+    def devices(self) -> int:
+        """How many devices can measure at once now."""
+
+    def _time(self, jobs: Sequence[Job]) -> list[MeasureResult]:
+        with self._growing:  # replace lost devices, add new ones, up to what the batch uses
+            for lost in self.fleet.lost:
+                self._close_runner(lost, wait=False)
+            self.fleet.lost.clear()
+            while len(self.fleet.devices) < min(self.devices(), len(jobs)):
+                with sigint_blocked():
+                    self.fleet.add(self._make_runner())
+        results = self.fleet.measure(jobs)
+        if self.fleet.lost:
+            warnings.warn(f"{len(self.fleet.lost)} measuring device(s) dropped; their "
+                          "candidates were timed on the others", stacklevel=3)
+        return results
+
+    def _run_or_lose(self, runner: Any, job: Job) -> MeasureResult:
+        result = self._run(runner, job)
+        if result.error is not None and _DROPPED.search(result.error):
+            raise DeviceLost(result.error.strip().splitlines()[-1])
+        return result
+
+    def close(self) -> None:
+        """Stop the builder and every device's worker."""
+        self.builder.shutdown()
+        for runner in self.fleet.devices + self.fleet.lost:
+            self._close_runner(runner, wait=True)
+
+
+class RPCMeasurer(FleetMeasurer):
+    """Times candidates on the remote devices behind a TVM RPC tracker key
+    (``config.rpc``), with MetaSchedule's ``RPCRunner``: all of them at once, one candidate
+    per device. The run timeout is the session timeout; the client gives up on a session
+    ``rpc.connect_timeout`` seconds after it."""
 
     rpc: ClassVar[bool] = True
 
@@ -187,7 +265,7 @@ class RPCMeasurer(Measurer):
         settings = self.config.rpc
         if settings is None:
             raise ValueError("RPC measurement needs measure.rpc: {tracker: 'host:port', key: ...}")
-        return RPCRunner(
+        runner = RPCRunner(
             rpc_config=RPCConfig(
                 tracker_host=settings.host,
                 tracker_port=settings.port,
@@ -196,8 +274,20 @@ class RPCMeasurer(Measurer):
                 session_timeout_sec=math.ceil(self.config.run_timeout),
             ),
             evaluator_config=self.evaluator_config,
-            max_workers=settings.max_workers,
         )
+        # the client-side timeout: MetaSchedule's pool kills a worker stuck past it
+        runner.pool.shutdown(wait=True)
+        runner.pool = shielded_pool(
+            max_workers=1, timeout=self.config.run_timeout + settings.connect_timeout)
+        return runner
+
+    def devices(self) -> int:
+        """The servers registered at the tracker under the key (``rpc.max_workers``, when
+        set, caps them)."""
+        settings = self.config.rpc
+        summary = connect_tracker(settings.host, settings.port).summary()
+        count = sum(1 for s in summary["server_info"] if s["key"] == f"server:{settings.key}")
+        return min(count, settings.max_workers or count)
 
 
 def create(

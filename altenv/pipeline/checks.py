@@ -42,11 +42,16 @@ def make_agent(agent: AgentConfig, defaults: dict[str, Any]) -> agents.Agent:
 
 
 def check_run(cfg: RunConfig | TrainConfig, **defaults: Any) -> agents.Agent:
-    """The target's device is present (:func:`check_device`) and the agent is built
+    """The target's device is present (:func:`check_device`), the Ray cluster of a run with
+    ``ray:`` is joined (:func:`~altenv.cluster.session.connect`), and the agent is built
     (:func:`make_agent`; ``seed``, the run's own checkpoint when resuming and ``defaults``
     fill options it takes). Returns the agent; a :class:`ConfigError` of one line
     otherwise."""
     check_device(cfg.target)
+    if getattr(cfg, "ray", None) is not None:
+        from ..cluster.session import connect  # Ray only for a run that names it
+
+        connect(cfg.ray)
     own = RunDir(cfg.run_dir).checkpoint
     if own.exists():
         defaults.setdefault("checkpoint", str(own))

@@ -23,8 +23,15 @@ stopped without measuring a candidate twice.
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
+import math
+import queue
+import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,7 +46,8 @@ from ..graph.frontend import save_model
 from ..graph.in_network import Choice, Contender, choose_layouts, contenders
 from ..graph.lowering import ComplexLowering
 from ..graph.network import NetworkBuild, NetworkPlan, build_plan, other_kernels, plan_network
-from ..measure import Measurer, create
+from ..measure import Measurer
+from ..measure.measurer import FleetMeasurer
 from ..measure.timing import summaries
 from ..records import RecordDB
 from ..target import make_target
@@ -50,6 +58,7 @@ from ..tuning.scheduler import TaskProgress, handed_out, next_task, similarity_g
 from ..tuning.task import Candidate
 from ..tuning.transfer import TunedTask, carry_back, tuned_task, warm_start
 from .checks import check_run, load_user_model
+from .devices import open_measurer
 from .report import RunResult, speedups
 from .rundir import RunDir
 from .tensorboard import TensorBoardLog
@@ -97,6 +106,10 @@ class ModelRun:
     plan: NetworkPlan | None = None
     read_through: Any = "measure"
     network: NetworkBuild | None = None
+    pristine: Any = None
+    """A copy of the agent before it tuned (:meth:`agents`)."""
+    copies: list[Any] = field(default_factory=list)
+    """The agents of tasks that tune beside the run's own (:meth:`agents`)."""
 
     def best_entry(self, name: str, cand: Candidate, latency: float) -> dict[str, Any]:
         """A task's entry in ``best.json``: its workload, layouts and loop decisions."""
@@ -106,6 +119,15 @@ class ModelRun:
                 "latency_s": latency, "factors": dict(cand.factors),
                 "decisions": task.space(cand.factors).to_vector(cand.point).tolist(),
                 "layouts": task.layouts_json(cand.factors)}
+
+    def agents(self, count: int) -> list[Any]:
+        """``count`` agents for tasks that tune at once: the run's own (the one saved),
+        then copies of it as it was before it tuned (kept across stages)."""
+        if self.pristine is None:
+            self.pristine = copy.deepcopy(self.agent)
+        while len(self.copies) < count - 1:
+            self.copies.append(copy.deepcopy(self.pristine))
+        return [self.agent, *self.copies[:count - 1]]
 
     def settle(self, name: str) -> None:
         """Keep a tuned task's best layout and schedule."""
@@ -139,19 +161,54 @@ def plan(run: ModelRun) -> None:
           "the other kernels)")
 
 
+def concurrency(measurer: Measurer, top_k: int) -> int:
+    """How many of a network's tasks tune at once: one without a fleet; with one, enough
+    batches of ``top_k`` to keep every device busy, and one more to measure while another
+    task searches."""
+    if not isinstance(measurer, FleetMeasurer):
+        return 1
+    devices = measurer.devices()
+    return 1 if devices <= 1 else math.ceil(devices / top_k) + 1
+
+
+def in_parallel(agents: list[Any], jobs: list[Callable[[Any], None]]) -> None:
+    """Run ``jobs`` (each takes an agent), as many at once as there are ``agents``, each
+    with an agent no other running job has; one agent: one after another, in order."""
+    if len(agents) == 1:
+        for job in jobs:
+            job(agents[0])
+        return
+    idle: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    for agent in agents:
+        idle.put(agent)
+
+    def with_agent(job: Callable[[Any], None]) -> None:
+        agent = idle.get()
+        try:
+            job(agent)
+        finally:
+            idle.put(agent)
+
+    with ThreadPoolExecutor(len(agents)) as pool:
+        for future in [pool.submit(with_agent, job) for job in jobs]:
+            future.result()
+
+
 def tune_tasks(run: ModelRun, measurer: Measurer, log: TensorBoardLog) -> None:
     """Tune each task on its share, in topological order. A task first measures the best of
     its siblings tuned before it (the same operator, other epilogues) and keeps
     ``warm_start`` trials back; once the last sibling of an operator is tuned, each earlier
-    one measures the best of those tuned after it and re-times its finalists."""
+    one measures the best of those tuned after it and re-times its finalists. With a fleet
+    of devices (:func:`concurrency`), the operators' sibling groups tune at once, each with
+    an agent of its own."""
     cfg = run.cfg
-    options = cfg.search.loop_options(model=True)
-    joint_fraction = cfg.budget.joint / max(cfg.budget.searched, 1)
     run.cost_model = CostModel(seed=cfg.seed)
     siblings: dict[str, list[TunedTask]] = {}  # by operator spec, for warm starts
     pending: dict[str, list[tuple[str, TuningSession]]] = {}  # sessions, by spec
     last_of_spec = {low.spec: name for name, low in run.lowering_of.items()}
-    for name, lowering in run.lowering_of.items():
+
+    def tune_one(name: str, agent: Any) -> None:
+        lowering = run.lowering_of[name]
         task = OpTask(lowering.spec, cfg.target, lowering.epilogue, cfg.search.levels)
         session = TuningSession(task, measurer, run.db, run.cost_model, check=cfg.search.check)
         last = last_of_spec[lowering.spec] == name
@@ -161,13 +218,14 @@ def tune_tasks(run: ModelRun, measurer: Measurer, log: TensorBoardLog) -> None:
         session.limit = budget.total
         session.measure(warm_start(task, siblings.get(lowering.spec, []),
                                    cfg.search.warm_start))
-        tune(session, run.agent, budget, **options, progress=run.progress, callbacks=[log])
+        tune(session, agent, budget, **options, progress=run.progress, callbacks=[log])
         group = siblings.setdefault(lowering.spec, [])
         group.append(tuned_task(session, cfg.search.warm_start))
         pending.setdefault(lowering.spec, []).append((name, session))
-        run.run_dir.save_agent(run.agent)
+        if agent is run.agent:
+            run.run_dir.save_agent(agent)
         if not last:
-            continue
+            return
         done = pending.pop(lowering.spec)
         for k, (earlier, earlier_session) in enumerate(done[:-1]):
             before = earlier_session.best[1]
@@ -181,43 +239,81 @@ def tune_tasks(run: ModelRun, measurer: Measurer, log: TensorBoardLog) -> None:
         for earlier, _ in done:
             run.settle(earlier)
 
+    options = cfg.search.loop_options(model=True)
+    joint_fraction = cfg.budget.joint / max(cfg.budget.searched, 1)
+    agents = run.agents(concurrency(measurer, cfg.search.top_k))
+    if len(agents) == 1:
+        jobs = [functools.partial(tune_one, name) for name in run.lowering_of]
+    else:
+        groups: dict[str, list[str]] = {}
+        for name, low in run.lowering_of.items():
+            groups.setdefault(low.spec, []).append(name)
+        def tune_group(names: list[str], agent: Any) -> None:
+            for name in names:
+                tune_one(name, agent)
 
-def hand_out_reserved(run: ModelRun, log: TensorBoardLog) -> None:
+        jobs = [functools.partial(tune_group, names) for names in groups.values()]
+    in_parallel(agents, jobs)
+
+
+def hand_out_reserved(run: ModelRun, measurer: Measurer, log: TensorBoardLog) -> None:
     """The task scheduler's trials: ``reserved`` of them, a batch at a time, each to the
     task it picks (loop search on the task's best layout, :class:`~altenv.tuning.Budget`
     ``extra``), at most its own share again to one task (one stuck far below its peers'
     throughput would otherwise take them all). Trials a task measured past its share count
-    as handed out, so a resumed run goes on with what is left. The tasks that got some
-    re-time their finalists and are settled again."""
+    as handed out, so a resumed run goes on with what is left. With a fleet of devices
+    (:func:`concurrency`) several tasks measure at once; the scheduler picks each next one
+    among the tasks not measuring. The tasks that got some re-time their finalists and are
+    settled again."""
     cfg, sessions, budgets = run.cfg, run.opened, run.budgets
     groups = {t: similarity_group(low.spec) for t, low in run.lowering_of.items()}
     spent = sum(handed_out({t: s.trials for t, s in sessions.items()}, budgets).values())
     cap = {t: 2 * budgets[t] for t in sessions}  # its share, and as much again at most
     open_tasks = {t: s for t, s in sessions.items() if s.trials < cap[t]}
+    busy: dict[str, int] = {}  # tasks measuring now, and the trials each may take
     rescued: set[str] = set()
     batch = cfg.search.loop_options(model=True) | {"finalists": 0}
     bar = tqdm(total=run.reserved, initial=min(spent, run.reserved), desc="task scheduler",
                unit="trial", disable=not run.progress or spent >= run.reserved)
-    while spent < run.reserved and open_tasks:
-        name = next_task({t: TaskProgress(run.calls[t], run.weights[t] / run.calls[t],
-                                          groups[t], s.history)
-                          for t, s in open_tasks.items()}, cfg.search.top_k)
-        session, share = open_tasks[name], run.shares[name]
-        before = session.trials
-        extra = before - share.joint - share.loop_only + min(
-            cfg.search.top_k, run.reserved - spent, cap[name] - before)
-        tune(session, run.agent, Budget(share.joint, share.loop_only + min(extra, 0),
-                                        max(extra, 0)),
-             **batch, progress=False, callbacks=[log])
-        if session.trials == before:
-            del open_tasks[name]  # nothing new to measure there
-            continue
-        if session.trials >= cap[name]:
-            del open_tasks[name]
-        rescued.add(name)
-        spent += session.trials - before
-        bar.update(session.trials - before)
-        bar.set_postfix(task=name, best_ms=f"{session.best[1] * 1e3:.4g}")
+    lock = threading.Lock()
+
+    def pick() -> tuple[str, int] | None:
+        with lock:
+            left = run.reserved - spent - sum(busy.values())
+            idle = {t: TaskProgress(run.calls[t], run.weights[t] / run.calls[t], groups[t],
+                                    s.history)
+                    for t, s in open_tasks.items() if t not in busy}
+            name = next_task(idle, cfg.search.top_k) if left > 0 else None
+            if name is None:
+                return None
+            busy[name] = min(cfg.search.top_k, left, cap[name] - open_tasks[name].trials)
+            return name, busy[name]
+
+    def serve(agent: Any) -> None:
+        nonlocal spent
+        while (picked := pick()) is not None:
+            name, quota = picked
+            session, share = open_tasks[name], run.shares[name]
+            before = session.trials
+            extra = before - share.joint - share.loop_only + quota
+            try:
+                tune(session, agent, Budget(share.joint, share.loop_only + min(extra, 0),
+                                            max(extra, 0)),
+                     **batch, progress=False, callbacks=[log])
+            finally:
+                with lock:
+                    del busy[name]
+                    got = session.trials - before
+                    if got == 0 or session.trials >= cap[name]:
+                        del open_tasks[name]  # nothing new to measure there, or its cap
+                    if got:
+                        rescued.add(name)
+                        spent += got
+                        bar.update(got)
+                        bar.set_postfix(task=name, best_ms=f"{session.best[1] * 1e3:.4g}")
+
+    agents = run.agents(concurrency(measurer, cfg.search.top_k))
+    in_parallel(agents, [serve] * len(agents))
     bar.close()
     run.run_dir.save_agent(run.agent)
     options = cfg.search.loop_options(model=True)
@@ -330,9 +426,9 @@ def tune_model(cfg: RunConfig, progress: bool = True, repair: bool = False) -> R
         save_model(model, run_dir.model)
         plan(run)
         log = TensorBoardLog(run_dir.tensorboard)
-        with create(None, cfg.measure, cfg.target) as measurer:
+        with open_measurer(cfg, cfg.target) as measurer:
             tune_tasks(run, measurer, log)
-            hand_out_reserved(run, log)
+            hand_out_reserved(run, measurer, log)
             log.close()
             run.cost_model.save(run_dir.cost_model)
         choose_in_network(run)

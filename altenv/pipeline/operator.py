@@ -22,12 +22,12 @@ from ..baselines import (
 )
 from ..config import RunConfig
 from ..costmodel import CostModel
-from ..measure import create
 from ..measure.timing import summaries
 from ..ops import OpProgram, generate, run_numpy
 from ..records import plain_json
 from ..tuning import OpTask, TuningSession, tune
 from .checks import check_run, op_task
+from .devices import open_measurer
 from .report import RunResult, speedups
 from .rundir import RunDir
 from .tensorboard import TensorBoardLog
@@ -40,7 +40,7 @@ def tune_workload(cfg: RunConfig, progress: bool = True, repair: bool = False) -
     agent = check_run(cfg, tensorboard_log=str(run_dir.tensorboard))
     task = op_task(cfg, cfg.workload, cfg.mapping)
     budget = cfg.budget.stages
-    with run_dir.open(cfg, repair) as db, create(None, cfg.measure, task.target) as measurer:
+    with run_dir.open(cfg, repair) as db, open_measurer(cfg, task.target) as measurer:
         previous = len(db)
         start = time.perf_counter()
         session = TuningSession(task, measurer, db, CostModel(seed=cfg.seed),

@@ -15,6 +15,7 @@ import contextlib
 import importlib
 import os
 import sys
+import threading
 import types
 from collections.abc import Iterator
 
@@ -40,7 +41,16 @@ def intrin_families(target: tvm.target.Target) -> tuple[str, ...] | None:
     return None
 
 
+_SWAPPING = threading.RLock()
+"""Held while ``sys.modules`` has a stand-in for TVM's intrinsic package."""
+
+
 def _load_families(families: tuple[str, ...]) -> None:
+    with _SWAPPING:
+        _load_missing(families)
+
+
+def _load_missing(families: tuple[str, ...]) -> None:
     missing = [f for f in families if f"{_PACKAGE}.{f}" not in sys.modules]
     if not missing:
         return
@@ -57,7 +67,15 @@ def _load_families(families: tuple[str, ...]) -> None:
 @contextlib.contextmanager
 def tune_context_intrins(target: tvm.target.Target) -> Iterator[None]:
     """Within this block ``import tvm.s_tir.tensor_intrin`` is a no-op and the intrinsics
-    of ``target`` are registered; build ``TuneContext`` objects inside it."""
+    of ``target`` are registered; build ``TuneContext`` objects inside it. One thread at a
+    time (it swaps entries of ``sys.modules``; a network's tasks may tune in threads)."""
+    with _SWAPPING:
+        with _intrins_for(target):
+            yield
+
+
+@contextlib.contextmanager
+def _intrins_for(target: tvm.target.Target) -> Iterator[None]:
     if _PACKAGE in sys.modules:
         yield
         return
