@@ -14,7 +14,6 @@ import torch
 from torch import nn
 
 
-
 def ch(channels: float, width: float, divisor: int = 8) -> int:
     """Scale a channel count by ``width``, rounded to a multiple of ``divisor`` (never below
     it, never more than 10% under the scaled count), as MobileNet's ``_make_divisible``."""
