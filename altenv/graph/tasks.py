@@ -32,7 +32,7 @@ def prepare(model: ImportedModel) -> tvm.IRModule:
     main = model.mod["main"]
     num_input = int(main.attrs["num_input"])
     lifter = _ConstToParam()
-    body = lifter.visit_expr(main.body)
+    body = _SplitToSlices().visit_expr(lifter.visit_expr(main.body))
     params = list(main.params) + lifter.params
     func = relax.Function(params, body, main.ret_ty, main.is_pure, main.attrs)
     mod = tvm.transform.Sequential([
@@ -50,6 +50,30 @@ def prepare(model: ImportedModel) -> tvm.IRModule:
     binding = dict(zip(main.params[num_input:], weights))
     bound = relax.transform.BindParams("main", binding)(tvm.IRModule({"main": main}))
     return relax.transform.DeadCodeElimination()(bound)
+
+
+@relax.expr_functor.mutator
+class _SplitToSlices(relax.PyExprMutator):
+    """Rewrites a ``split`` (ShuffleNet's channel split, ``torch.chunk``) into one strided
+    slice per part: each part is then a tensor task of its own, which layouts propagate to
+    and regenerate, instead of one task returning a tuple."""
+
+    def visit_call_(self, op: ire.Call) -> ire.Expr:
+        call = super().visit_call_(op)
+        if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.split"):
+            return call
+        data = call.args[0]
+        axis = int(call.attrs.axis)
+        length = int(data.ty.shape[axis])
+        sections = call.attrs.indices_or_sections
+        if isinstance(sections, (int, tirx.IntImm)):
+            step = length // int(sections)
+            bounds = list(range(0, length, step)) + [length]
+        else:
+            bounds = [0] + [int(i) for i in sections] + [length]
+        parts = [self.builder_.emit(relax.op.strided_slice(data, [axis], [lo], [hi]))
+                 for lo, hi in zip(bounds, bounds[1:])]
+        return relax.Tuple(parts)
 
 
 @relax.expr_functor.mutator
