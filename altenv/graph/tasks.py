@@ -356,7 +356,8 @@ def _fold_pad(call: TaskCall, calls: list[TaskCall], tasks: dict[str, Task]) -> 
     """Fold a separate pad task feeding a convolution's data into the call's op parameters
     (spatial dims are taken to be the trailing ones, as in the NC[D]HW layouts frontends emit)."""
     op = call.op
-    if op is None or op.kind == "gmm" or op.data_arg is None or any(op.params["pad"]):
+    if op is None or op.kind == "gmm" or op.kind.startswith("t") or op.data_arg is None \
+            or any(op.params["pad"]):
         return call
     src = call.args[op.data_arg]
     if src.kind != "call":
