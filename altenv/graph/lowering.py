@@ -24,7 +24,7 @@ from tvm import tirx
 from altenv.graph.ops_match import ComplexOp, get_blocks
 from altenv.layout import Layout
 from altenv.ops import LayoutTemplate, OpProgram, generate, parse_workload
-from altenv.ops.activation import UNARY, Tree, step_text
+from altenv.ops.activation import ROUNDING, UNARY, Tree, step_text
 
 AFFINE = {pe.Add: "add", pe.Sub: "sub", pe.Mul: "mul", pe.Div: "div"}
 TRANSPOSED = ("t2d", "t3d")  # transposed convolutions: weight [I, O, K...], taps reordered
@@ -192,6 +192,9 @@ def lower_complex(func: tirx.PrimFunc, op: ComplexOp, prologue: Sequence[str],
     if (shape[op.data_arg] != unpadded or shape[op.weight_arg] != want_weight
             or tuple(out_shape) != program.op.out_shape()):
         raise NotMappable(f"operand shapes {shape} differ from {spec}'s")
+    out_dtype = str(params[-1].ty.dtype)
+    if out_dtype != program.op.out_dtype:
+        raise NotMappable(f"a {out_dtype} output of a {program.op.out_dtype} {op.kind}")
     affine, residual, activation = _epilogue(func, op, constant_args, tuple(out_shape))
     return ComplexLowering(spec, op.data_arg, op.weight_arg, transposed, affine, residual,
                            activation, pads)
@@ -290,6 +293,8 @@ def _tree(expr: object, trees: dict[Any, Tree], ivars: list, params: list) -> Tr
     name = _TREE_OPS.get(type(expr))
     if name is not None:
         return (name, _tree(expr.a, trees, ivars, params), _tree(expr.b, trees, ivars, params))
+    if isinstance(expr, pe.Cast):
+        return _cast(expr, _tree(expr.value, trees, ivars, params))
     if isinstance(expr, pe.Select):
         return ("select", *(_tree(e, trees, ivars, params)
                             for e in (expr.condition, expr.true_value, expr.false_value)))
@@ -299,6 +304,19 @@ def _tree(expr: object, trees: dict[Any, Tree], ivars: list, params: list) -> Tr
             return (name, _tree(expr.args[0], trees, ivars, params))
         raise NotMappable(f"epilogue call {name}")
     raise NotMappable(f"epilogue expression {type(expr).__name__}")
+
+
+def _cast(expr: pe.Cast, value: Tree) -> Tree:
+    """A cast in an activation chain: of a condition, a select of 1 and 0; to a narrower
+    float, rounding to it (the chain goes on in the op's dtype); to the same dtype, none."""
+    src, dst = str(expr.value.ty.dtype), str(expr.ty.dtype)
+    if src == "bool":
+        return ("select", value, 1.0, 0.0)
+    if dst in ROUNDING and src.startswith("float"):
+        return (dst, value)
+    if dst == src or dst.startswith("float") and src.startswith("float"):
+        return value  # widening back: the chain already runs in the op's dtype
+    raise NotMappable(f"epilogue cast from {src} to {dst}")
 
 
 def _is_chain(expr: object, chain: object, ivars: list) -> bool:

@@ -25,8 +25,10 @@ from tvm import tirx
 Tree = str | float | tuple
 
 UNARY = ("sigmoid", "tanh", "erf", "exp")
+ROUNDING = ("float16", "bfloat16")
+"""Casts to a narrower float and back (a cast in the chain, which goes on in the op's dtype)."""
 BINARY = ("add", "sub", "mul", "div", "max", "min", "lt", "le", "gt", "ge")
-ARITY = {**dict.fromkeys(UNARY, 1), **dict.fromkeys(BINARY, 2), "select": 3}
+ARITY = {**dict.fromkeys(UNARY + ROUNDING, 1), **dict.fromkeys(BINARY, 2), "select": 3}
 
 NAMED = {
     "relu": "max(x,0.0)",
@@ -201,9 +203,11 @@ _COMMON = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a
            "div": lambda a, b: a / b, "lt": lambda a, b: a < b, "le": lambda a, b: a <= b,
            "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b}
 _TE = {**_COMMON, "max": tirx.max, "min": tirx.min, "sigmoid": tirx.sigmoid,
-       "tanh": tirx.tanh, "erf": tirx.erf, "exp": tirx.exp, "select": tirx.Select}
+       "tanh": tirx.tanh, "erf": tirx.erf, "exp": tirx.exp, "select": tirx.Select,
+       **{t: (lambda t: lambda a: a.astype(t).astype(a.ty.dtype))(t) for t in ROUNDING}}
 _TORCH = {**_COMMON, "max": torch.maximum, "min": torch.minimum, "sigmoid": torch.sigmoid,
-          "tanh": torch.tanh, "erf": torch.erf, "exp": torch.exp, "select": torch.where}
+          "tanh": torch.tanh, "erf": torch.erf, "exp": torch.exp, "select": torch.where,
+          **{t: (lambda t: lambda a: a.to(getattr(torch, t)).to(a.dtype))(t) for t in ROUNDING}}
 
 
 def te_value(tree: Tree, x: Any, dtype: str) -> Any:
