@@ -434,6 +434,12 @@ def test_foreign_module_exported_and_reloaded_in_a_fresh_process(tmp_path: Path)
     layouts = next(iter(manifest["tasks"].values()))["layouts"]
     assert Layout.from_json(layouts["out"]).shape  # layouts replay from the manifest
 
+    _check_reloaded_in_a_fresh_process(model, network, out_dir, tmp_path)
+
+
+def _check_reloaded_in_a_fresh_process(model, network, out_dir: Path, tmp_path: Path) -> None:
+    """The export, loaded with plain TVM in a fresh process, computes what the build and
+    torch compute."""
     x = model.random_inputs(5)
     np.savez(tmp_path / "in.npz", **{i.name: v for i, v in zip(model.inputs, x)})
     proc = subprocess.run(
@@ -446,3 +452,67 @@ def test_foreign_module_exported_and_reloaded_in_a_fresh_process(tmp_path: Path)
     reloaded = [saved[f"out{i}"] for i in range(len(saved.files))]
     assert max_rel_err(reloaded, network.run(x)) < 1e-6
     assert max_rel_err(reloaded, model.reference(x)) < 1e-4
+
+
+MOBILE = '''
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+class Net(nn.Module):
+    """Squeeze-excite, a channel split and shuffle, casts and transposed convolutions."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(4, 8, 3, 2, 1), nn.BatchNorm2d(8), nn.Hardswish())
+        self.fc1, self.fc2 = nn.Conv2d(8, 4, 1), nn.Conv2d(4, 8, 1)
+        self.branch = nn.Conv2d(4, 4, 1)
+        self.up = nn.Sequential(nn.ConvTranspose2d(8, 4, 4, 2, 1), nn.BatchNorm2d(4), nn.ReLU())
+        self.out = nn.ConvTranspose2d(4, 3, 3, 2, 1, output_padding=1)
+
+    def forward(self, x):
+        x = self.stem(x)
+        x = x * F.hardsigmoid(self.fc2(F.relu(self.fc1(F.adaptive_avg_pool2d(x, 1)))))
+        a, b = x.chunk(2, dim=1)
+        b = self.branch(b)
+        b = (b * (b > 0).float()).half().float()
+        x = torch.cat((a, b), 1)
+        n, c, h, w = x.shape
+        x = x.reshape(n, 2, c // 2, h, w).transpose(1, 2).reshape(n, c, h, w)
+        return torch.tanh(self.out(self.up(x)))
+
+
+def make():
+    torch.manual_seed(0)
+    net = Net().eval()
+    for m in net.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.2, 0.2)
+            m.running_var.uniform_(0.5, 1.5)
+    return net, (torch.randn(1, 4, 8, 8),)
+'''
+
+
+@pytest.mark.slow
+def test_mobile_constructs_tuned_with_layouts_at_batch_2_and_exported(tmp_path: Path, caplog):
+    """Squeeze-excite (its gate product split from the 1x1 conv), a channel split, concat
+    and shuffle, casts in an epilogue and a transposed conv with batch norm are tuned with
+    layouts at batch 2; the one construct the generator lacks (output padding) falls back
+    with one warning naming it, and the export matches torch in a fresh process."""
+    (tmp_path / "mobile.py").write_text(MOBILE)
+    model = load_model(f"{tmp_path / 'mobile.py'}:make", batch=2)
+    assert model.inputs[0].shape == (2, 4, 8, 8)
+    graph = extract_tasks(model)
+    with caplog.at_level("WARNING", logger="altenv.graph.network"):
+        out_dir, network = export_run(model, tmp_path / "export", random_factors(graph, 2))
+    plan = network.plan
+    assert [plan.lowerings[i].epilogue for i in sorted(plan.lowerings)] == [
+        ("bias", "hardswish"), ("bias", "relu"), ("bias", "div(max(min(x,6.0),0.0),6.0)"),
+        ("bias", "float16(mul(x,select(lt(0.0,x),1.0,0.0)))"), ("bias", "relu")]
+    assert plan.lowerings[max(plan.lowerings)].spec.startswith("t2d:N=2,I=8,H=4,W=4,O=4")
+    (reason,) = plan.fallbacks.values()
+    assert "opad=1" in reason
+    assert [r.message for r in caplog.records].count(next(
+        r.message for r in caplog.records if "opad=1" in r.message)) == 1
+    _check_reloaded_in_a_fresh_process(model, network, out_dir, tmp_path)

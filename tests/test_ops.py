@@ -284,6 +284,7 @@ ACTIVATIONS = {
     "clip(-1.5,2.0)": lambda x: torch.clamp(x, -1.5, 2.0),
     "leaky_relu(0.1)": lambda x: F.leaky_relu(x, 0.1),
     "mul(x,tanh(x))": lambda x: x * torch.tanh(x),
+    "float16(mul(x,select(lt(0.0,x),1.0,0.0)))": lambda x: (x * (x > 0).float()).half().float(),
 }
 
 

@@ -32,10 +32,12 @@ def make():
 '''
 
 
-def test_tasks_reports_tuned_calls_reasons_and_flops_share(tmp_path, capsys):
+def test_tasks_reports_tuned_calls_reasons_and_flops_share(tmp_path, capsys, caplog):
     source = tmp_path / "net.py"
     source.write_text(NET)
-    assert main(["tasks", f"{source}:make", "--json"]) == 0
+    with caplog.at_level("WARNING"):
+        assert main(["tasks", f"{source}:make", "--json"]) == 0
+    assert not [r for r in caplog.records if r.name == "altenv.graph.network"]  # once: below
     report = json.loads(capsys.readouterr().out)
     tuned, fallback = report["calls"]
     assert tuned["tuned"] and tuned["reason"] is None

@@ -100,18 +100,24 @@ class ImportedModel:
 
 
 def load_model(source: str | Path, *, input_shapes: list[tuple[int, ...]] | None = None,
-               weights: str | Path | None = None, seed: int = 0, size: str = "full",
-               **zoo_options: float | int) -> ImportedModel:
+               batch: int | None = None, weights: str | Path | None = None, seed: int = 0,
+               size: str = "full", **zoo_options: float | int) -> ImportedModel:
     """Import a model into Relax.
 
     ``source`` is a zoo name (``"resnet18"``, see :data:`zoo.ZOO`), an ``.onnx`` file, or
     ``path/to/file.py:factory`` where ``factory()`` returns ``(module, example_inputs)``.
     ``input_shapes`` overrides the example input shapes (ONNX: fixes dynamic dims);
+    ``batch`` sets the leading (batch) dim of every input shape (zoo and factory models);
     ``weights`` is a torch state-dict file (zoo and factory models); ``seed`` seeds random
     weights and inputs; ``size`` and ``zoo_options`` (``width``, ...) go to :func:`zoo.get_model`.
     """
     text = str(source)
+    if batch is not None and (not isinstance(batch, int) or batch < 1):
+        raise ValueError(f"batch must be a positive integer, not {batch!r}")
     if text in zoo.ZOO:
+        if batch is not None:
+            shapes = input_shapes or zoo.ZOO[text].input_shapes[size]
+            input_shapes = [(batch, *s[1:]) for s in shapes]
         module, example = zoo.get_model(text, size=size, input_shapes=input_shapes,
                                         weights=weights, seed=seed, **zoo_options)
         desc = {"zoo": text, "size": size, "options": zoo_options, "seed": seed,
@@ -119,11 +125,12 @@ def load_model(source: str | Path, *, input_shapes: list[tuple[int, ...]] | None
         return _from_torch(text, module, example, _hash(desc, weights), zoo.ZOO[text].int_high
                            if "vocab" not in zoo_options else int(zoo_options["vocab"]))
     if text.endswith(".onnx"):
-        if weights is not None:
-            raise ValueError("ONNX import: weights come from the file; do not pass `weights`")
+        if weights is not None or batch is not None:
+            raise ValueError("ONNX import: weights come from the file and input_shapes set "
+                             "its batch; do not pass `weights` or `batch`")
         return _from_onnx(Path(text), input_shapes)
     if ".py:" in text:
-        return _from_factory(text, input_shapes, weights, seed)
+        return _from_factory(text, input_shapes, batch, weights, seed)
     raise ValueError(
         f"load_model: cannot interpret source {text!r}; expected a zoo name "
         f"({', '.join(sorted(zoo.ZOO))}), a .onnx file or 'file.py:factory'"
@@ -138,7 +145,7 @@ def _hash(desc: dict[str, object], *files: str | Path | None) -> str:
     return digest.hexdigest()
 
 
-def _from_factory(ref: str, input_shapes: list[tuple[int, ...]] | None,
+def _from_factory(ref: str, input_shapes: list[tuple[int, ...]] | None, batch: int | None,
                   weights: str | Path | None, seed: int) -> ImportedModel:
     path, factory_name = ref.rsplit(":", 1)
     spec = importlib.util.spec_from_file_location(f"altenv_user_{Path(path).stem}", path)
@@ -154,6 +161,8 @@ def _from_factory(ref: str, input_shapes: list[tuple[int, ...]] | None,
     module.eval()
     ints = [int(x.max()) + 1 for x in example if not x.is_floating_point()]
     int_high = max(ints) if ints else None
+    if batch is not None:
+        input_shapes = [(batch, *s[1:]) for s in input_shapes or [x.shape for x in example]]
     if input_shapes is not None:
         example = zoo.random_inputs(input_shapes, [str(x.dtype).removeprefix("torch.")
                                                    for x in example], seed, int_high)

@@ -24,9 +24,10 @@ from tvm import tirx
 from altenv.graph.ops_match import ComplexOp, get_blocks
 from altenv.layout import Layout
 from altenv.ops import LayoutTemplate, OpProgram, generate, parse_workload
-from altenv.ops.activation import UNARY, Tree, step_text
+from altenv.ops.activation import ROUNDING, UNARY, Tree, step_text
 
 AFFINE = {pe.Add: "add", pe.Sub: "sub", pe.Mul: "mul", pe.Div: "div"}
+TRANSPOSED = ("t2d", "t3d")  # transposed convolutions: weight [I, O, K...], taps reordered
 
 
 class NotMappable(ValueError):
@@ -108,13 +109,16 @@ class ComplexLowering:
 
     def fold(self, weight: np.ndarray, consts: Mapping[int, np.ndarray], channel_axis: int,
              out_ndim: int) -> tuple[np.ndarray, np.ndarray | None]:
-        """Logical weight (matmul: ``[K, N]`` or ``[B, K, N]``) and bias with the affine
-        steps folded in."""
+        """Logical weight (matmul: ``[K, N]`` or ``[B, K, N]``; a transposed convolution's
+        taps reordered as its generator reads them) and bias with the affine steps folded
+        in."""
         w = np.asarray(weight, np.float64)
         matmul = self.matmul
         if self.weight_transposed:
             w = np.swapaxes(w, -1, -2)
-        channels = w.shape[-1] if matmul else w.shape[0]  # matmul [B] K N, conv O I K...
+        # matmul [B] K N, conv O I K..., transposed conv I O K...
+        out_axis = w.ndim - 1 if matmul else int(self.spec.split(":")[0] in TRANSPOSED)
+        channels = w.shape[out_axis]
         scale, shift = np.ones(channels), np.zeros(channels)
         for op, operand in self.affine:
             c = (np.full(channels, operand) if isinstance(operand, float)
@@ -127,10 +131,9 @@ class ComplexLowering:
                 scale, shift = scale * c, shift * c
             else:
                 scale, shift = scale / c, shift / c
-        if matmul:
-            w = w * scale
-        else:  # convolution weight O I K...: output channels first
-            w = w * scale.reshape((-1,) + (1,) * (w.ndim - 1))
+        w = w * scale.reshape((-1,) + (1,) * (w.ndim - 1 - out_axis))
+        if self.spec.split(":")[0] in TRANSPOSED:
+            w = self.template().op.prepare_weight(w)  # type: ignore[attr-defined]
         dtype = np.asarray(weight).dtype
         return w.astype(dtype), shift.astype(dtype) if self.affine else None
 
@@ -166,20 +169,32 @@ def lower_complex(func: tirx.PrimFunc, op: ComplexOp, prologue: Sequence[str],
         transposed = bool(op.params["trans_b"])
         if transposed and op.weight_arg not in constant_args:
             raise NotMappable("a transposed non-constant matmul weight")
+    elif op.kind in TRANSPOSED:
+        if not set(prologue) <= {"dilate", "pad", "transform"}:
+            raise NotMappable(f"{op.kind} with prologue {list(prologue)}")
+        if op.weight_arg not in constant_args:
+            raise NotMappable(f"a non-constant {op.kind} weight")
+        transposed = False
     else:
-        if op.kind.startswith("t") or not _plain_prologue(func, prologue):
+        if not _plain_prologue(func, prologue):
             raise NotMappable(f"{op.kind} with prologue {list(prologue)}")
         if tuple(op.params["pad"]) != tuple(op.params["pad_after"]):
             raise NotMappable("asymmetric padding")
         pads = ((0, 0), (0, 0)) + tuple((p, p) for p in op.params["pad"])  # type: ignore
         transposed = False
     program = generate(wl)
+    if op.kind in TRANSPOSED:  # the generator's halo replaces the task's dilate and pad
+        pads = ((0, 0), (0, 0)) + tuple(program.op.halo())  # type: ignore[attr-defined]
     logical = program.op.input_shapes()
     unpadded = tuple(s - b - a for s, (b, a) in zip(logical["data"], pads))
-    want_weight = tuple(reversed(logical["weight"])) if transposed else logical["weight"]
+    want_weight = tuple(reversed(logical["weight"])) if transposed else \
+        program.op.raw_shapes()["weight"]
     if (shape[op.data_arg] != unpadded or shape[op.weight_arg] != want_weight
             or tuple(out_shape) != program.op.out_shape()):
         raise NotMappable(f"operand shapes {shape} differ from {spec}'s")
+    out_dtype = str(params[-1].ty.dtype)
+    if out_dtype != program.op.out_dtype:
+        raise NotMappable(f"a {out_dtype} output of a {program.op.out_dtype} {op.kind}")
     affine, residual, activation = _epilogue(func, op, constant_args, tuple(out_shape))
     return ComplexLowering(spec, op.data_arg, op.weight_arg, transposed, affine, residual,
                            activation, pads)
@@ -278,6 +293,8 @@ def _tree(expr: object, trees: dict[Any, Tree], ivars: list, params: list) -> Tr
     name = _TREE_OPS.get(type(expr))
     if name is not None:
         return (name, _tree(expr.a, trees, ivars, params), _tree(expr.b, trees, ivars, params))
+    if isinstance(expr, pe.Cast):
+        return _cast(expr, _tree(expr.value, trees, ivars, params))
     if isinstance(expr, pe.Select):
         return ("select", *(_tree(e, trees, ivars, params)
                             for e in (expr.condition, expr.true_value, expr.false_value)))
@@ -287,6 +304,19 @@ def _tree(expr: object, trees: dict[Any, Tree], ivars: list, params: list) -> Tr
             return (name, _tree(expr.args[0], trees, ivars, params))
         raise NotMappable(f"epilogue call {name}")
     raise NotMappable(f"epilogue expression {type(expr).__name__}")
+
+
+def _cast(expr: pe.Cast, value: Tree) -> Tree:
+    """A cast in an activation chain: of a condition, a select of 1 and 0; to a narrower
+    float, rounding to it (the chain goes on in the op's dtype); to the same dtype, none."""
+    src, dst = str(expr.value.ty.dtype), str(expr.ty.dtype)
+    if src == "bool":
+        return ("select", value, 1.0, 0.0)
+    if dst in ROUNDING and src.startswith("float"):
+        return (dst, value)
+    if dst == src or dst.startswith("float") and src.startswith("float"):
+        return value  # widening back: the chain already runs in the op's dtype
+    raise NotMappable(f"epilogue cast from {src} to {dst}")
 
 
 def _is_chain(expr: object, chain: object, ivars: list) -> bool:

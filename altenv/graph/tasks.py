@@ -13,11 +13,12 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import tvm
 import tvm.ir.expr as ire
+import tvm.ir.prim.expr as pe
 import tvm_ffi
 from tvm import relax, tirx
 
 from altenv.graph.frontend import ImportedModel
-from altenv.graph.ops_match import ComplexOp, FuncAnalysis, analyze_func
+from altenv.graph.ops_match import ComplexOp, FuncAnalysis, analyze_func, get_blocks
 from altenv.target import make_target
 
 
@@ -31,7 +32,7 @@ def prepare(model: ImportedModel) -> tvm.IRModule:
     main = model.mod["main"]
     num_input = int(main.attrs["num_input"])
     lifter = _ConstToParam()
-    body = lifter.visit_expr(main.body)
+    body = _SplitToSlices().visit_expr(lifter.visit_expr(main.body))
     params = list(main.params) + lifter.params
     func = relax.Function(params, body, main.ret_ty, main.is_pure, main.attrs)
     mod = tvm.transform.Sequential([
@@ -49,6 +50,30 @@ def prepare(model: ImportedModel) -> tvm.IRModule:
     binding = dict(zip(main.params[num_input:], weights))
     bound = relax.transform.BindParams("main", binding)(tvm.IRModule({"main": main}))
     return relax.transform.DeadCodeElimination()(bound)
+
+
+@relax.expr_functor.mutator
+class _SplitToSlices(relax.PyExprMutator):
+    """Rewrites a ``split`` (ShuffleNet's channel split, ``torch.chunk``) into one strided
+    slice per part: each part is then a tensor task of its own, which layouts propagate to
+    and regenerate, instead of one task returning a tuple."""
+
+    def visit_call_(self, op: ire.Call) -> ire.Expr:
+        call = super().visit_call_(op)
+        if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.split"):
+            return call
+        data = call.args[0]
+        axis = int(call.attrs.axis)
+        length = int(data.ty.shape[axis])
+        sections = call.attrs.indices_or_sections
+        if isinstance(sections, (int, tirx.IntImm)):
+            step = length // int(sections)
+            bounds = list(range(0, length, step)) + [length]
+        else:
+            bounds = [0] + [int(i) for i in sections] + [length]
+        parts = [self.builder_.emit(relax.op.strided_slice(data, [axis], [lo], [hi]))
+                 for lo, hi in zip(bounds, bounds[1:])]
+        return relax.Tuple(parts)
 
 
 @relax.expr_functor.mutator
@@ -74,11 +99,62 @@ def fuse_pipeline() -> tvm.transform.Pass:
     return tvm.transform.Sequential([
         relax.transform.LegalizeOps(),
         relax.transform.AnnotateTIROpPattern(),
+        separate_gates,
         relax.transform.FoldConstant(),
         relax.transform.FuseOps(),
         relax.transform.FuseTIR(),
         relax.transform.DeadCodeElimination(),
     ])
+
+
+_INJECTIVE = 2  # relax's OpPatternKind kInjective: never fused after a complex op
+
+
+@tvm.transform.module_pass(opt_level=0, name="SeparateGates")
+def separate_gates(mod: tvm.IRModule, _ctx: object) -> tvm.IRModule:
+    """Keep a gate product out of its operands' fused tasks.
+
+    Squeeze-excite multiplies a feature map by a per-channel gate ``[N, C, 1, 1]`` that a
+    1x1 convolution computed; fused into that convolution (Relax's broadcast pattern), the
+    task's output is the feature map, which no complex-operator generator writes. Marked
+    injective, the product of two computed tensors, one per-channel, stays a task of its
+    own: the gate's convolution is tuned with its activation and the product is
+    regenerated in the propagated layouts like any elementwise task.
+    """
+    main = mod["main"]
+    call_tir = tvm.ir.Op.get("relax.call_tir")
+    gates: set[str] = set()
+    for block in main.body.blocks:
+        for binding in block.bindings:
+            value = binding.value
+            if not (isinstance(value, ire.Call) and value.op.same_as(call_tir)):
+                continue
+            args = list(value.args[1].fields)
+            if len(args) == 2 and not any(isinstance(a, ire.Constant) for a in args) and \
+                    any(_per_channel(a.ty) for a in args) and _is_product(mod[value.args[0]]):
+                gates.add(value.args[0].name_hint)
+    for name in gates:
+        gv = mod.get_global_var(name)
+        mod.update_func(gv, mod[gv].with_attr("op_pattern", _INJECTIVE))
+    return mod
+
+
+def _per_channel(ty: object) -> bool:
+    shape = getattr(ty, "shape", None)
+    return shape is not None and len(shape) >= 3 and all(int(d) == 1 for d in list(shape)[2:])
+
+
+def _is_product(func: object) -> bool:
+    """Whether a PrimFunc is one block storing the product of loads of its two inputs."""
+    if not isinstance(func, tirx.PrimFunc):
+        return False
+    blocks = get_blocks(func)
+    if len(blocks) != 1 or not isinstance(blocks[0].body, tirx.BufferStore):
+        return False
+    value = blocks[0].body.value
+    return isinstance(value, pe.Mul) and all(
+        isinstance(x, ire.TensorLoad) for x in (value.a, value.b)) and \
+        not value.a.source.same_as(value.b.source)
 
 
 @dataclass
@@ -280,7 +356,8 @@ def _fold_pad(call: TaskCall, calls: list[TaskCall], tasks: dict[str, Task]) -> 
     """Fold a separate pad task feeding a convolution's data into the call's op parameters
     (spatial dims are taken to be the trailing ones, as in the NC[D]HW layouts frontends emit)."""
     op = call.op
-    if op is None or op.kind == "gmm" or op.data_arg is None or any(op.params["pad"]):
+    if op is None or op.kind == "gmm" or op.kind.startswith("t") or op.data_arg is None \
+            or any(op.params["pad"]):
         return call
     src = call.args[op.data_arg]
     if src.kind != "call":

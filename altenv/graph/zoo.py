@@ -1,4 +1,5 @@
-"""Model zoo in plain torch: ResNet-18, MobileNet-V2, BERT-tiny and R3D-18.
+"""Model zoo in plain torch: ResNet-18, MobileNet-V2, BERT-tiny, R3D-18, a DCGAN generator
+and the mobile networks of :mod:`altenv.graph.zoo_mobile`.
 
 Architectures follow the standard definitions (torchvision's ResNet/MobileNetV2/VideoResNet
 and Google's BERT) with random seeded weights; a ``width`` multiplier and the ``small``
@@ -14,13 +15,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-
-def _ch(channels: int, width: float, divisor: int = 8) -> int:
-    """Scale a channel count by ``width``, rounded to a multiple of ``divisor`` (never below it)."""
-    scaled = max(divisor, int(channels * width + divisor / 2) // divisor * divisor)
-    if scaled < 0.9 * channels * width:
-        scaled += divisor
-    return scaled
+from altenv.graph.zoo_mobile import EfficientNetB0, MobileNetV3Small, ShuffleNetV2
+from altenv.graph.zoo_mobile import ch as _ch
 
 
 class _BasicBlock(nn.Module):
@@ -192,6 +188,26 @@ class BertTiny(nn.Module):
         return x, torch.tanh(self.pooler(x[:, 0]))
 
 
+class DCGANGenerator(nn.Module):
+    """DCGAN generator (Radford et al., Fig. 1): a latent ``[N, nz, 1, 1]`` through five
+    stride-2 transposed convolutions (batch norm + ReLU, tanh at the end) to a 64x64 image;
+    ``width`` scales the feature maps (``ngf = 64 * width``)."""
+
+    def __init__(self, width: float = 1.0, nz: int = 100, channels: int = 3) -> None:
+        super().__init__()
+        ngf = _ch(64, width)
+        chans = [nz, 8 * ngf, 4 * ngf, 2 * ngf, ngf]
+        layers: list[nn.Module] = []
+        for i, (cin, cout) in enumerate(zip(chans, chans[1:])):
+            layers += [nn.ConvTranspose2d(cin, cout, 4, 1 if i == 0 else 2, 0 if i == 0 else 1,
+                                          bias=False), nn.BatchNorm2d(cout), nn.ReLU()]
+        layers += [nn.ConvTranspose2d(ngf, channels, 4, 2, 1, bias=False), nn.Tanh()]
+        self.main = nn.Sequential(*layers)
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return self.main(z)
+
+
 @dataclass(frozen=True)
 class ZooModel:
     """A zoo entry: how to build the module and its example inputs at each size.
@@ -226,6 +242,18 @@ ZOO: dict[str, ZooModel] = {
     "r3d_18": ZooModel("r3d_18", R3D18,
                        {"small": [(1, 3, 4, 16, 16)], "full": [(1, 3, 16, 112, 112)]},
                        {"width": 0.125, "num_classes": 10}),
+    "mobilenet_v3_small": ZooModel("mobilenet_v3_small", MobileNetV3Small,
+                                   {"small": [(1, 3, 32, 32)], "full": [(1, 3, 224, 224)]},
+                                   {"width": 0.25, "num_classes": 10}),
+    "efficientnet_b0": ZooModel("efficientnet_b0", EfficientNetB0,
+                                {"small": [(1, 3, 32, 32)], "full": [(1, 3, 224, 224)]},
+                                {"width": 0.25, "num_classes": 10}),
+    "shufflenet_v2": ZooModel("shufflenet_v2", ShuffleNetV2,
+                              {"small": [(1, 3, 32, 32)], "full": [(1, 3, 224, 224)]},
+                              {"width": 0.25, "num_classes": 10}),
+    "dcgan": ZooModel("dcgan", DCGANGenerator,
+                      {"small": [(1, 16, 1, 1)], "full": [(1, 100, 1, 1)]},
+                      {"width": 0.125, "nz": 16}),
 }
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 import torch
@@ -25,8 +26,10 @@ from tvm import tirx
 Tree = str | float | tuple
 
 UNARY = ("sigmoid", "tanh", "erf", "exp")
+ROUNDING = ("float16", "bfloat16")
+"""Casts to a narrower float and back (a cast in the chain, which goes on in the op's dtype)."""
 BINARY = ("add", "sub", "mul", "div", "max", "min", "lt", "le", "gt", "ge")
-ARITY = {**dict.fromkeys(UNARY, 1), **dict.fromkeys(BINARY, 2), "select": 3}
+ARITY = {**dict.fromkeys(UNARY + ROUNDING, 1), **dict.fromkeys(BINARY, 2), "select": 3}
 
 NAMED = {
     "relu": "max(x,0.0)",
@@ -197,13 +200,23 @@ def _evaluate(tree: Tree, x: Any, const: Callable[[float], Any], ops: Mapping[st
     return ops[tree[0]](*(_evaluate(a, x, const, ops) for a in tree[1:]))
 
 
+def _te_round(dtype: str, a: Any) -> Any:
+    return a.astype(dtype).astype(a.ty.dtype)
+
+
+def _torch_round(dtype: str, a: torch.Tensor) -> torch.Tensor:
+    return a.to(getattr(torch, dtype)).to(a.dtype)
+
+
 _COMMON = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
            "div": lambda a, b: a / b, "lt": lambda a, b: a < b, "le": lambda a, b: a <= b,
            "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b}
 _TE = {**_COMMON, "max": tirx.max, "min": tirx.min, "sigmoid": tirx.sigmoid,
-       "tanh": tirx.tanh, "erf": tirx.erf, "exp": tirx.exp, "select": tirx.Select}
+       "tanh": tirx.tanh, "erf": tirx.erf, "exp": tirx.exp, "select": tirx.Select,
+       **{t: partial(_te_round, t) for t in ROUNDING}}
 _TORCH = {**_COMMON, "max": torch.maximum, "min": torch.minimum, "sigmoid": torch.sigmoid,
-          "tanh": torch.tanh, "erf": torch.erf, "exp": torch.exp, "select": torch.where}
+          "tanh": torch.tanh, "erf": torch.erf, "exp": torch.exp, "select": torch.where,
+          **{t: partial(_torch_round, t) for t in ROUNDING}}
 
 
 def te_value(tree: Tree, x: Any, dtype: str) -> Any:

@@ -256,7 +256,7 @@ class TransposedConv(Operator):
         """Kernel taps per axis of the program's weight, ``stride * ceil(K / stride)``."""
         return tuple(v * q for v, q in zip(self.stride, self.taps))
 
-    def _halo(self) -> list[tuple[int, int]]:
+    def halo(self) -> list[tuple[int, int]]:
         """Zero rows needed before/after each spatial input dim so every gather is in range."""
         halo = []
         for s, q, o, v, p in zip(self.spatial, self.taps, self.out_spatial, self.stride, self.pad):
@@ -266,7 +266,7 @@ class TransposedConv(Operator):
         return halo
 
     def input_shapes(self) -> dict[str, Shape]:
-        padded = tuple(s + b + a for s, (b, a) in zip(self.spatial, self._halo()))
+        padded = tuple(s + b + a for s, (b, a) in zip(self.spatial, self.halo()))
         return {"data": (self.N, self.I) + padded,
                 "weight": (self.I, self.O) + self.stored_kernel}
 
@@ -287,23 +287,26 @@ class TransposedConv(Operator):
         n, o, *ys = out
         rc, *kqs = red
         rows = [(y + p) // v - kq + before
-                for y, kq, v, p, (before, _) in zip(ys, kqs, self.stride, self.pad, self._halo())]
+                for y, kq, v, p, (before, _) in zip(ys, kqs, self.stride, self.pad, self.halo())]
         taps = [y % v + v * kq for y, kq, v in zip(ys, kqs, self.stride)]  # see prepare
         return self.cast(read("data", [n, rc] + rows)) * self.cast(read("weight", [rc, o] + taps))
 
     def prepare(self, raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """The data padded by its halo; the weight's taps in output-phase order along each
-        kernel axis: position ``f + s * kq`` holds tap ``(f + pad) % s + s * kq``, the one
-        output phase ``f`` reads (:meth:`body`), or zero where that tap is past ``K``."""
-        weight = raw["weight"]
+        """The data padded by its halo; the weight as :meth:`prepare_weight` stores it."""
+        return {"data": np.pad(raw["data"], [(0, 0), (0, 0)] + self.halo()),
+                "weight": self.prepare_weight(raw["weight"])}
+
+    def prepare_weight(self, weight: np.ndarray) -> np.ndarray:
+        """The weight's taps in output-phase order along each kernel axis: position
+        ``f + s * kq`` holds tap ``(f + pad) % s + s * kq``, the one output phase ``f`` reads
+        (:meth:`body`), or zero where that tap is past ``K``."""
         for axis, (k, v, p, stored) in enumerate(
                 zip(self.kernel, self.stride, self.pad, self.stored_kernel), start=2):
             zeros = [(0, 0)] * weight.ndim
             zeros[axis] = (0, stored - k)
             weight = np.take(np.pad(weight, zeros),
                              [(t % v + p) % v + t - t % v for t in range(stored)], axis=axis)
-        return {"data": np.pad(raw["data"], [(0, 0), (0, 0)] + self._halo()),
-                "weight": weight}
+        return weight
 
     def reference(self, raw: dict[str, np.ndarray]) -> np.ndarray:
         fn = torch.nn.functional.conv_transpose3d if self.rank == 3 else \

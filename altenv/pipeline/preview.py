@@ -10,10 +10,10 @@ and measures nothing.
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
-from ..graph import ImportedModel, extract_tasks
-from ..graph.network import plan_network
+from ..graph import ImportedModel, extract_tasks, network
 from ..ops import operator_for, parse_workload
 
 
@@ -30,7 +30,13 @@ def preview(model: ImportedModel) -> dict[str, Any]:
     (else the reason) and FLOPs; and the share of the complex calls' FLOPs that is tuned
     (calls whose FLOPs are unknown count in neither)."""
     graph = extract_tasks(model)
-    plan = plan_network(graph)
+    planner = logging.getLogger(network.__name__)
+    level = planner.level
+    planner.setLevel(logging.ERROR)  # its fallback warnings are the report's reasons
+    try:
+        plan = network.plan_network(graph)
+    finally:
+        planner.setLevel(level)
     calls = []
     for call in graph.complex_calls():
         lowering = plan.lowerings.get(call.index)
