@@ -23,6 +23,7 @@ from altenv.measure import CorrectnessCheck, MeasureCandidate, MeasureConfig, Me
 from altenv.measure.fleet import DeviceLost, Fleet
 from altenv.measure.measurer import RPCMeasurer
 
+RAY = pytest.mark.xdist_group("ray")  # one Ray cluster at a time on the machine
 SLOW = {"number": 1, "repeat": 2, "min_repeat_ms": 400}  # a session lasts about a second
 
 
@@ -131,6 +132,7 @@ def ray_cluster() -> Iterator[object]:
         cluster.shutdown()
 
 
+@RAY
 @pytest.mark.slow
 def test_ray_measurer_builds_on_the_cluster_and_survives_a_removed_node(ray_cluster) -> None:
     import ray
@@ -164,6 +166,7 @@ def records_of(run: Path) -> list[dict]:
     return [r for r in map(json.loads, path.read_text().splitlines()) if "key" in r]
 
 
+@RAY
 @pytest.mark.slow
 def test_ray_run_resumes_after_kill_9_without_measuring_twice(tmp_path, ray_cluster) -> None:
     """``altenv tune --ray ADDRESS``, the driver killed with SIGKILL once it recorded a

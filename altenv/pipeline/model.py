@@ -123,6 +123,8 @@ class ModelRun:
     def agents(self, count: int) -> list[Any]:
         """``count`` agents for tasks that tune at once: the run's own (the one saved),
         then copies of it as it was before it tuned (kept across stages)."""
+        if count == 1:
+            return [self.agent]
         if self.pristine is None:
             self.pristine = copy.deepcopy(self.agent)
         while len(self.copies) < count - 1:
