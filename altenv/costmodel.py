@@ -14,6 +14,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import xgboost as xgb
@@ -188,6 +189,16 @@ class CostModel:
         self._trained_size = 0
         self._rng = np.random.default_rng(seed)
         self._lock = threading.RLock()  # a network's sessions may tune in several threads
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Copies and pickles (Gymnasium copies an env spec's kwargs) get a lock of their own."""
+        state = dict(self.__dict__)
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
 
     @property
     def num_records(self) -> int:
