@@ -119,13 +119,17 @@ def _run_until(cmd: list[str], records: Path, count: int) -> subprocess.Popen:
     return proc
 
 
+BUDGET = 48
+
+
 @pytest.mark.slow
 def test_tune_interrupted_killed_damaged_and_resumed(tmp_path, capsys):
-    """Ctrl-C mid-run: one line, status 130, no candidate recorded as failed. SIGKILL,
+    """Ctrl-C mid-run (the budget leaves the run far from done when the signal comes,
+    even on a loaded host): one line, status 130, no candidate recorded as failed. SIGKILL,
     then a garbage line and a torn one in the records: the same command names the bad
     line; with --repair it moves both aside and resumes. Every record is kept, nothing is
     measured twice, the run stops at the budget."""
-    args = ["tune", "--workload", "gmm:M=32,N=32,K=32", "--name", "k", "--budget", "24",
+    args = ["tune", "--workload", "gmm:M=32,N=32,K=32", "--name", "k", "--budget", str(BUDGET),
             "--output-dir", str(tmp_path), "--quiet"]
     cmd = [sys.executable, "-m", "altenv.cli", *args]
     records = tmp_path / "k" / "records.jsonl"
@@ -141,7 +145,7 @@ def test_tune_interrupted_killed_damaged_and_resumed(tmp_path, capsys):
     os.killpg(proc.pid, signal.SIGKILL)
     proc.communicate()
     before = [json.loads(line)["key"] for line in records.open() if line.strip()]
-    assert 8 <= len(before) < 24
+    assert 8 <= len(before) < BUDGET
     with records.open("a") as f:
         f.write('garbage\n{"workload": "gmm:M=3')  # and a write cut off by the kill
     assert main(args) == 2
@@ -159,10 +163,10 @@ def test_tune_interrupted_killed_damaged_and_resumed(tmp_path, capsys):
         'garbage\n{"workload": "gmm:M=3\n'
     lines = [json.loads(line) for line in records.open()]
     after = [line["key"] for line in lines if "final" not in line]
-    assert len(after) == 24 and len(set(after)) == 24 and after[:len(before)] == before
-    assert "final" in lines[-1] and lines[-1]["final"]["trials"] == 24  # finalists re-timed
+    assert len(after) == BUDGET and len(set(after)) == BUDGET and after[:len(before)] == before
+    assert "final" in lines[-1] and lines[-1]["final"]["trials"] == BUDGET  # finalists re-timed
     summary = json.loads((tmp_path / "k" / "summary.json").read_text())
-    assert summary["trials"] == 24 and summary["max_rel_err_vs_torch"] < 1e-3
+    assert summary["trials"] == BUDGET and summary["max_rel_err_vs_torch"] < 1e-3
     assert (tmp_path / "k" / "best.json").exists() and (tmp_path / "k" / "tb").is_dir()
 
 
