@@ -133,3 +133,23 @@ def test_reductions_are_not_complex():
     kinds = {t.kind for t in g.tasks.values()}
     assert "reduce" in kinds and "gmm" in kinds  # layer norm / softmax, matmuls
     assert all(t.op is None for t in g.tasks.values() if t.kind == "reduce")
+
+
+@pytest.mark.parametrize("sections, sizes", [(3, [4, 4, 2]), (2, [5, 5]), ([3, 7], [3, 4, 3])])
+def test_split_becomes_one_slice_per_part_as_relax_sizes_them(sections, sizes):
+    """A split rewritten into slices keeps Relax's part sizes (ceil-sized sections, the
+    last smaller; or explicit indices)."""
+    from tvm import relax
+
+    from altenv.graph.tasks import _SplitToSlices
+
+    x = relax.Var("x", relax.TensorType((1, 10, 4, 4), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.split(x, sections, axis=1))
+        bb.emit_func_output(out)
+    split = bb.get()["main"]
+    body = _SplitToSlices().visit_expr(split.body)
+    assert [int(p.shape[1]) for p in body.body.ty.fields] == sizes
+    assert [int(p.shape[1]) for p in split.ret_ty.fields] == sizes  # Relax's own sizes

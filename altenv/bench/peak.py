@@ -180,16 +180,15 @@ def host_peak(target: str | tvm.target.Target | None = None, refresh: bool = Fal
 
 def operator_traffic(spec: str, epilogue: Sequence[str] = ()) -> tuple[float, float]:
     """``(FLOPs, bytes)`` of an operator: its tensors (and epilogue inputs) each moved
-    once, the least any schedule moves."""
+    once, the least any schedule moves (:meth:`~altenv.ops.operators.Operator.traffic_bytes`
+    and the epilogue's residual and bias)."""
     op = operator_for(parse_workload(spec))
-    shapes = dict(op.input_shapes())
-    nbytes = sum(np.prod(s) * np.dtype(op.input_dtype(n)).itemsize for n, s in shapes.items())
-    out = float(np.prod(op.out_shape()))
-    nbytes += out * np.dtype(op.out_dtype).itemsize
+    item = np.dtype(op.out_dtype).itemsize
+    nbytes = op.traffic_bytes()
     if "residual" in epilogue:
-        nbytes += out * np.dtype(op.out_dtype).itemsize
+        nbytes += int(np.prod(op.out_shape())) * item
     if "bias" in epilogue:
-        nbytes += op.out_shape()[op.channel_axis] * np.dtype(op.out_dtype).itemsize
+        nbytes += op.out_shape()[op.channel_axis] * item
     return float(op.flops()), float(nbytes)
 
 

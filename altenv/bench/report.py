@@ -45,7 +45,6 @@ def roof(timing: dict[str, Any], peak: Peak | None) -> tuple[float, float, str]:
 
     if peak is None or "spec" not in timing or timing.get("target") != peak.target:
         return math.nan, math.nan, ""
-
     if operator_for(parse_workload(timing["spec"])).dtype != "float32":
         return math.nan, math.nan, ""
     flops, nbytes = operator_traffic(timing["spec"], timing.get("epilogue") or ())
@@ -174,19 +173,19 @@ def format_table(timings: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any
              + (f"{'best % roof':>{col}s}" if with_roof else "")]
     for w in workloads:
         programs = next(t["programs"] for t in timings if t["workload"] == w)
-        best = math.inf
+        medians = [programs[b]["median_s"] * 1e3 for b in baselines if b in programs]
         cells = []
         for t in tuners:
             vals = [r["median_ms"] for r in by[w, t]]
             noisy = any(_rests_on_noise(r, None) for r in by[w, t])
+            if vals:
+                medians.append(statistics.median(vals))
             cells.append(_cell(statistics.median(vals), noisy, col) if vals else f"{'-':>{col}s}")
-            best = min([best, statistics.median(vals)] if vals else [best])
         cells += [_cell(programs[b]["median_s"] * 1e3, _noisy(programs[b]), col)
                   if b in programs else f"{'-':>{col}s}" for b in baselines]
-        best = min([best] + [programs[b]["median_s"] * 1e3 for b in baselines if b in programs])
         flops, attainable, bound = roofs[w]
         if with_roof:
-            text = f"{flops / best / 1e6 / attainable:.0%} {bound}" if bound else "-"
+            text = f"{flops / min(medians) / 1e6 / attainable:.0%} {bound}" if bound else "-"
             cells.append(f"{text:>{col}s}")
         lines.append(f"{w:<{width}}" + "".join(cells))
     stats = summary(rows)

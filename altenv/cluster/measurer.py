@@ -58,12 +58,10 @@ class RayBuilder(PyBuilder):
         super().__init__()
         self.timeout_sec = timeout_sec
         self.task = ray.remote(_build).options(num_cpus=cpus, max_retries=3)
-        self.last_build_seconds: list[float] = []
 
     def build(self, build_inputs: list[BuilderInput]) -> list[BuilderResult]:
         """Build a batch on the cluster; failures and timeouts become ``error_msg``."""
-        results, self.last_build_seconds = self.build_timed(build_inputs)
-        return results
+        return self.build_timed(build_inputs)[0]
 
     def build_timed(self, build_inputs: list[BuilderInput]
                     ) -> tuple[list[BuilderResult], list[float]]:
@@ -118,9 +116,10 @@ class Device:
         return ray.get_runtime_context().get_node_id()
 
     def time(self, artifact: bytes, device: str, args_info: list[Any], timing: dict[str, Any],
-             check: tuple[str, bytes, float] | None) -> MeasureResult:
-        """Time one built artifact; ``check``: ``(name, .npz bytes, rtol)`` of its
-        correctness data (kept by name, sent again only by a new device)."""
+             check: tuple[str, ray.ObjectRef, float] | None) -> MeasureResult:
+        """Time one built artifact; ``check``: ``(name, object ref of the .npz bytes, rtol)``
+        of its correctness data (inside a tuple, Ray passes the ref unresolved: a device
+        fetches each check's data once, by name)."""
         path = os.path.join(self.folder, "mod.tar")
         Path(path).write_bytes(artifact)
         evaluator = None
@@ -128,7 +127,7 @@ class Device:
             name, data, rtol = check
             if name not in self.checks:
                 self.checks[name] = os.path.join(self.folder, f"check{len(self.checks)}.npz")
-                Path(self.checks[name]).write_bytes(data)
+                Path(self.checks[name]).write_bytes(ray.get(data))
             evaluator = CheckedEvaluator(self.checks[name], rtol, rpc=False)
         return time_artifact(self.runner, device, [ArgInfo.from_json(a) for a in args_info],
                              path, EvaluatorConfig(**timing), evaluator)
@@ -150,6 +149,7 @@ class RayMeasurer(FleetMeasurer):
     def __init__(self, settings: RaySettings, config: MeasureConfig | None = None,
                  target: str | dict[str, Any] | Target | None = None) -> None:
         self.settings = settings
+        self._checks: dict[str, ray.ObjectRef] = {}
         self._actor = ray.remote(Device).options(
             num_cpus=0, resources={settings.device_resource: 1}, max_restarts=0)
         super().__init__(config, target)
@@ -167,8 +167,12 @@ class RayMeasurer(FleetMeasurer):
     def _time_one(self, runner: Any, args_info: list[ArgInfo], artifact: str,
                   timing: EvaluatorConfig, evaluator: CheckedEvaluator | None
                   ) -> MeasureResult:
-        check = None if evaluator is None else (
-            evaluator.data_file, Path(evaluator.data_file).read_bytes(), evaluator.rtol)
+        check = None
+        if evaluator is not None:  # the driver puts each check's data in the store once
+            name = evaluator.data_file
+            if name not in self._checks:
+                self._checks[name] = ray.put(Path(name).read_bytes())
+            check = (name, self._checks[name], evaluator.rtol)
         start = time.perf_counter()
         ref = runner.time.remote(
             Path(artifact).read_bytes(), self.device_type, [a.as_json() for a in args_info],

@@ -67,8 +67,8 @@ class _SplitToSlices(relax.PyExprMutator):
         length = int(data.ty.shape[axis])
         sections = call.attrs.indices_or_sections
         if isinstance(sections, (int, tirx.IntImm)):
-            step = length // int(sections)
-            bounds = list(range(0, length, step)) + [length]
+            step = -(-length // int(sections))  # Relax's sections: ceil-sized, the last smaller
+            bounds = [min(i * step, length) for i in range(int(sections) + 1)]
         else:
             bounds = [0] + [int(i) for i in sections] + [length]
         parts = [self.builder_.emit(relax.op.strided_slice(data, [axis], [lo], [hi]))

@@ -15,7 +15,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from altenv.graph.zoo_mobile import EfficientNetB0, MobileNetV3Small, ShuffleNetV2
+from altenv.graph.zoo_mobile import (
+    EfficientNetB0,
+    InvertedResidual,
+    MobileNetV3Small,
+    ShuffleNetV2,
+)
 from altenv.graph.zoo_mobile import ch as _ch
 
 
@@ -87,28 +92,6 @@ class R3D18(_ResNet18):
         super().__init__(stem, 3, width, num_classes)
 
 
-class _InvertedResidual(nn.Module):
-    """MobileNet-V2 inverted residual: 1x1 expand, 3x3 depthwise, 1x1 linear projection."""
-
-    def __init__(self, cin: int, cout: int, stride: int, expand: int) -> None:
-        super().__init__()
-        hidden = cin * expand
-        layers: list[nn.Module] = []
-        if expand != 1:
-            layers += [nn.Conv2d(cin, hidden, 1, bias=False), nn.BatchNorm2d(hidden), nn.ReLU6()]
-        layers += [
-            nn.Conv2d(hidden, hidden, 3, stride, 1, groups=hidden, bias=False),
-            nn.BatchNorm2d(hidden), nn.ReLU6(),
-            nn.Conv2d(hidden, cout, 1, bias=False), nn.BatchNorm2d(cout),
-        ]
-        self.conv = nn.Sequential(*layers)
-        self.residual = stride == 1 and cin == cout
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.conv(x)
-        return x + out if self.residual else out
-
-
 class MobileNetV2(nn.Module):
     """MobileNet-V2 (Sandler et al.), ImageNet head; ``width`` is the width multiplier."""
 
@@ -124,7 +107,8 @@ class MobileNetV2(nn.Module):
         for t, c, n, s in self.SETTINGS:
             cout = _ch(c, width)
             for i in range(n):
-                layers.append(_InvertedResidual(cin, cout, s if i == 0 else 1, t))
+                layers.append(InvertedResidual(cin, cin * t, cout, 3, s if i == 0 else 1,
+                                                nn.ReLU6))
                 cin = cout
         layers += [nn.Conv2d(cin, last, 1, bias=False), nn.BatchNorm2d(last), nn.ReLU6()]
         self.features = nn.Sequential(*layers)
@@ -230,27 +214,22 @@ class ZooModel:
     int_high: int | None = None
 
 
+IMAGE = {"small": [(1, 3, 32, 32)], "full": [(1, 3, 224, 224)]}
+"""Input shapes of the ImageNet classifiers."""
+IMAGE_SMALL = {"width": 0.25, "num_classes": 10}
+"""Their small variants' options."""
+
 ZOO: dict[str, ZooModel] = {
-    "resnet18": ZooModel("resnet18", ResNet18,
-                         {"small": [(1, 3, 32, 32)], "full": [(1, 3, 224, 224)]},
-                         {"width": 0.25, "num_classes": 10}),
-    "mobilenet_v2": ZooModel("mobilenet_v2", MobileNetV2,
-                             {"small": [(1, 3, 32, 32)], "full": [(1, 3, 224, 224)]},
-                             {"width": 0.25, "num_classes": 10}),
+    "resnet18": ZooModel("resnet18", ResNet18, IMAGE, IMAGE_SMALL),
+    "mobilenet_v2": ZooModel("mobilenet_v2", MobileNetV2, IMAGE, IMAGE_SMALL),
     "bert_tiny": ZooModel("bert_tiny", BertTiny, {"small": [(1, 16)], "full": [(1, 128)]},
                           {"vocab": 1000}, input_dtype="int64", int_high=1000),
     "r3d_18": ZooModel("r3d_18", R3D18,
                        {"small": [(1, 3, 4, 16, 16)], "full": [(1, 3, 16, 112, 112)]},
                        {"width": 0.125, "num_classes": 10}),
-    "mobilenet_v3_small": ZooModel("mobilenet_v3_small", MobileNetV3Small,
-                                   {"small": [(1, 3, 32, 32)], "full": [(1, 3, 224, 224)]},
-                                   {"width": 0.25, "num_classes": 10}),
-    "efficientnet_b0": ZooModel("efficientnet_b0", EfficientNetB0,
-                                {"small": [(1, 3, 32, 32)], "full": [(1, 3, 224, 224)]},
-                                {"width": 0.25, "num_classes": 10}),
-    "shufflenet_v2": ZooModel("shufflenet_v2", ShuffleNetV2,
-                              {"small": [(1, 3, 32, 32)], "full": [(1, 3, 224, 224)]},
-                              {"width": 0.25, "num_classes": 10}),
+    "mobilenet_v3_small": ZooModel("mobilenet_v3_small", MobileNetV3Small, IMAGE, IMAGE_SMALL),
+    "efficientnet_b0": ZooModel("efficientnet_b0", EfficientNetB0, IMAGE, IMAGE_SMALL),
+    "shufflenet_v2": ZooModel("shufflenet_v2", ShuffleNetV2, IMAGE, IMAGE_SMALL),
     "dcgan": ZooModel("dcgan", DCGANGenerator,
                       {"small": [(1, 16, 1, 1)], "full": [(1, 100, 1, 1)]},
                       {"width": 0.125, "nz": 16}),

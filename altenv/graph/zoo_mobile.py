@@ -50,13 +50,14 @@ class SqueezeExcite(nn.Module):
         return x * self.gate(self.fc2(self.act(self.fc1(s))))
 
 
-class _MBConv(nn.Module):
-    """Inverted residual with optional squeeze-excite (MobileNet-V3 bneck, EfficientNet
-    MBConv): 1x1 expand, kxk depthwise, SE, 1x1 linear projection, residual when shapes
-    allow."""
+class InvertedResidual(nn.Module):
+    """Inverted residual with optional squeeze-excite (MobileNet-V2's block, MobileNet-V3
+    bneck, EfficientNet MBConv): 1x1 expand, kxk depthwise, SE (``se`` squeezed
+    channels, gated by ``gate``), 1x1 linear projection, residual when shapes allow."""
 
     def __init__(self, cin: int, hidden: int, cout: int, kernel: int, stride: int,
-                 act: type[nn.Module], se: int | None, gate: type[nn.Module]) -> None:
+                 act: type[nn.Module], se: int | None = None,
+                 gate: type[nn.Module] = nn.Sigmoid) -> None:
         super().__init__()
         layers: list[nn.Module] = []
         if hidden != cin:
@@ -92,7 +93,7 @@ class MobileNetV3Small(nn.Module):
         for k, exp, out, se, hs, s in self.SETTINGS:
             hidden, cout = ch(exp, width), ch(out, width)
             act = nn.Hardswish if hs else nn.ReLU
-            layers.append(_MBConv(cin, hidden, cout, k, s, act, ch(hidden // 4, 1.0)
+            layers.append(InvertedResidual(cin, hidden, cout, k, s, act, ch(hidden // 4, 1.0)
                                   if se else None, nn.Hardsigmoid))
             cin = cout
         last = 6 * cin
@@ -122,7 +123,7 @@ class EfficientNetB0(nn.Module):
         for t, k, s, c, n in self.SETTINGS:
             cout = ch(c, width)
             for i in range(n):
-                layers.append(_MBConv(cin, cin * t, cout, k, s if i == 0 else 1, nn.SiLU,
+                layers.append(InvertedResidual(cin, cin * t, cout, k, s if i == 0 else 1, nn.SiLU,
                                       max(1, cin // 4), nn.Sigmoid))
                 cin = cout
         last = ch(1280, max(1.0, width))

@@ -76,18 +76,15 @@ class PersistentBuilder(PyBuilder):
             initargs=(tuple(preload),),
             maximum_process_uses=max_process_uses,
         )
-        self.last_build_seconds: list[float] = []
 
     def build(self, build_inputs: list[BuilderInput]) -> list[BuilderResult]:
-        """Build a batch; failures and timeouts become ``BuilderResult.error_msg``.
-        Per-candidate compile seconds land in ``last_build_seconds`` (0.0 when failed)."""
-        results, self.last_build_seconds = self.build_timed(build_inputs)
-        return results
+        """Build a batch; failures and timeouts become ``BuilderResult.error_msg``."""
+        return self.build_timed(build_inputs)[0]
 
     def build_timed(self, build_inputs: list[BuilderInput]
                     ) -> tuple[list[BuilderResult], list[float]]:
-        """:meth:`build` returning the compile seconds (0.0 when failed) with the results
-        (safe when several threads build at once)."""
+        """:meth:`build` returning each candidate's compile seconds (0.0 when failed) with
+        the results (safe when several threads build at once)."""
         for build_input in build_inputs:
             if build_input.params is not None:
                 raise ValueError("PersistentBuilder builds TIR candidates; params are unsupported")
