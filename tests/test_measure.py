@@ -206,6 +206,21 @@ def test_check_inputs_are_random_and_never_zero() -> None:
         np.testing.assert_array_equal(data["expected1"], data["arg0"] * 2)
 
 
+def test_check_data_asked_for_by_several_devices_at_once_stays_whole() -> None:
+    """A fleet's device threads ask for different signatures' data at the same moment."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    check = CorrectnessCheck(lambda a: a + 1)
+    sizes = list(range(64, 96))
+    with ThreadPoolExecutor(8) as pool:
+        paths = list(pool.map(lambda n: check.data_file([("float32", (n, n))] * 2), sizes))
+    assert len(set(paths)) == len(sizes)
+    for n, path in zip(sizes, paths, strict=True):
+        with np.load(path) as data:
+            assert data["arg0"].shape == (n, n)
+            np.testing.assert_array_equal(data["expected1"], data["arg0"] + 1)
+
+
 def test_config_maps_a_yaml_section() -> None:
     section = yaml.safe_load(
         "measure:\n  number: 5\n  enable_cpu_cache_flush: true\n  run_timeout: 4\n"

@@ -99,6 +99,13 @@ def test_rpc_fleet_times_on_every_server_and_survives_one_killed_mid_batch(
         right = CorrectnessCheck(lambda a, b: a @ b)
         warm = measurer.measure([MeasureCandidate(tiled_matmul(f), right) for f in (4, 8)])
         assert all(r.ok for r in warm) and len(measurer.fleet.devices) == 2
+        # the servers put themselves back at the tracker after a session, asynchronously:
+        # until both have, "none free" would not mean "both busy with the next batch"
+        for _ in range(200):
+            if free_servers(config.rpc) == 2:
+                break
+            time.sleep(0.05)
+        assert free_servers(config.rpc) == 2
 
         def kill_when_both_busy() -> None:
             while free_servers(config.rpc) > 0:

@@ -77,7 +77,8 @@ class CorrectnessCheck:
 
     def data_file(self, args: Sequence[tuple[str, Sequence[int]]]) -> str:
         """The ``.npz`` holding inputs, initial outputs and expected outputs for these
-        ``(dtype, shape)`` parameters; computed once per signature."""
+        ``(dtype, shape)`` parameters; computed once per signature (threads asking at
+        once may each compute it; each writes its own file)."""
         sig = tuple((dtype, tuple(int(d) for d in shape)) for dtype, shape in args)
         if sig not in self._files:
             rng = np.random.default_rng(self.seed)
@@ -98,8 +99,10 @@ class CorrectnessCheck:
             payload = {f"arg{i}": a for i, a in enumerate(arrays)}
             for i, exp in enumerate(expected):
                 payload[f"expected{first_out + i}"] = np.asarray(exp, dtype=sig[first_out + i][0])
-            path = os.path.join(self._dir.name, f"check{len(self._files)}.npz")
-            np.savez(path, **payload)
+            # a file of its own even when devices' threads ask at once, published once whole
+            handle, path = tempfile.mkstemp(suffix=".npz", dir=self._dir.name)
+            with os.fdopen(handle, "wb") as stream:
+                np.savez(stream, **payload)
             self._files[sig] = path
         return self._files[sig]
 
