@@ -165,7 +165,8 @@ def test_roofline_column_divides_by_the_bound_that_limits():
     from altenv.bench.peak import Peak, operator_traffic
 
     peak = Peak(host="h", target="llvm -mcpu=x", cores=2, lanes=16, gflops=100.0,
-                gflops_one_core=50.0, gbs=10.0, triad_mib=64.0, tvm="0")
+                gflops_one_core=50.0, gbs=10.0, stream_mib=64.0,
+                cache_gbs=[("L1", 16 << 10, 400.0), ("L2", 1 << 20, 40.0)], tvm="0")
     gemm = "gmm:M=64,N=64,K=64"  # 524288 FLOP over 3 x 16 KiB: 10.7 FLOP/byte
     flops, nbytes = operator_traffic(gemm)
     assert (flops, nbytes) == (2 * 64**3, 3 * 64 * 64 * 4)
@@ -173,7 +174,10 @@ def test_roofline_column_divides_by_the_bound_that_limits():
     vector = "gmm:M=1,N=64,K=64"  # a GEMV: 0.5 FLOP/byte, bandwidth-bound
     flops_v, nbytes_v = operator_traffic(vector, ["bias"])
     assert nbytes_v == (64 + 64 * 64 + 64 + 64) * 4
-    assert peak.bound(flops_v, nbytes_v) == (pytest.approx(flops_v / nbytes_v * 10), "mem")
+    assert peak.bound(flops_v, nbytes_v) == (pytest.approx(flops_v / nbytes_v * 40), "L2")
+    assert peak.bandwidth(16 << 10) == (400.0, "L1") and peak.bandwidth(2 << 20) == (10, "mem")
+    big = "gmm:M=1,N=1024,K=1024"  # 4 MiB of weights: from memory
+    assert peak.bound(*operator_traffic(big))[1] == "mem"
     timings = [_timing("g", {"altenv": 1e-5, "metaschedule": 2e-5}),
                _timing("v", {"altenv": 1e-6, "metaschedule": 1e-6}),
                _timing("elsewhere", {"altenv": 1e-5, "metaschedule": 1e-5})]
@@ -183,7 +187,7 @@ def test_roofline_column_divides_by_the_bound_that_limits():
     rows = rows_of(timings, ["torch"], peak=peak)
     altenv = {r["workload"]: r for r in rows if r["tuner"] == "altenv"}
     assert altenv["g"]["roof_fraction"] == pytest.approx(flops / 1e-5 / 1e9 / 100)
-    assert altenv["v"]["bound"] == "mem" and "roof_fraction" not in altenv["elsewhere"]
+    assert altenv["v"]["bound"] == "L2" and "roof_fraction" not in altenv["elsewhere"]
     table = format_table(timings, rows, ["torch"], peak=peak)
     assert "best % roof" in table and f"{flops / 1e-5 / 1e11:.0%} flop" in table
     assert "best % roof" not in format_table(timings, rows, ["torch"])
@@ -191,8 +195,9 @@ def test_roofline_column_divides_by_the_bound_that_limits():
 
 @pytest.mark.slow
 def test_bench_peak_measures_and_caches(tmp_path, monkeypatch, capsys):
-    """``altenv bench peak``: an FMA kernel that compiles to FMA instructions, a triad,
-    cached per host (small arrays here; the real triad streams past the last cache)."""
+    """``altenv bench peak``: an FMA kernel that compiles to FMA instructions, a stream in
+    L1, L2 and memory, cached per host (small arrays here; the real memory stream goes past
+    the last cache)."""
     import tvm
 
     from altenv.bench import peak as peak_mod
@@ -209,9 +214,10 @@ def test_bench_peak_measures_and_caches(tmp_path, monkeypatch, capsys):
     assert peak_mod.cached_peak() is None
     assert main(["bench", "peak"]) == 0
     first = capsys.readouterr().out
-    assert "measured in" in first and "GFLOP/s on one" in first and "GB/s" in first
+    assert "measured in" in first and "GFLOP/s on one" in first and "L2 bandwidth" in first
     cached = peak_mod.cached_peak()
-    assert cached.gflops > 0 and cached.gbs > 0 and cached.triad_mib == 1.0
+    assert cached.gflops > 0 and cached.gbs > 0 and cached.stream_mib == 1.0
+    assert [level for level, _, gbs in cached.cache_gbs if gbs > 0] == ["L1", "L2"]
     assert peak_mod.cache_path().parent == tmp_path / "altenv"
     assert main(["bench", "peak"]) == 0
     assert "(cached)" in capsys.readouterr().out and peak_mod.host_peak() == cached

@@ -3,14 +3,17 @@
 A tuned operator's latency says little without the machine's limits beside it. The FMA
 peak is timed on a TIR kernel of independent multiply-add chains (``chains`` vector
 accumulators of the target's SIMD width, so the FMA units never wait on a result), on every
-core and on one; the memory bandwidth on a STREAM triad (``a = b + s * c``) over arrays
-larger than the last-level cache. Both are built for the same TVM target as the tuned
-programs and cached per host (``$XDG_CACHE_HOME/altenv/peak-<host>-<hash>.json``).
+core and on one, with TVM's thread pool as wide as the tuned programs run it; the bandwidth
+on a streaming kernel (``a = s * a + b``, 12 bytes an element) at three sizes: inside each
+core's L1 and L2 (swept many times) and over arrays larger than the last-level cache
+(memory). All are built for the same TVM target as the tuned programs and cached per host
+(``$XDG_CACHE_HOME/altenv/peak-<host>-<hash>.json``).
 
 :func:`roofline` bounds an operator by ``min(peak, intensity * bandwidth)`` (intensity:
-its FLOPs over the bytes of its tensors, each read or written once), the bound the
-``% roof`` column of ``altenv bench ops`` tables divides by (once ``altenv bench peak``
-has measured the host: a bench never spends its time on it unasked).
+its FLOPs over the bytes of its tensors, each read or written once; bandwidth: that of the
+smallest level its tensors fit in, all cores' private caches together; a cache-aware
+roofline), the bound the ``% roof`` column of ``altenv bench ops`` tables divides by (once
+``altenv bench peak`` has measured the host: a bench never spends its time on it unasked).
 """
 
 from __future__ import annotations
@@ -31,15 +34,17 @@ from tvm.script import tirx as T
 from ..ops import parse_workload
 from ..ops.operators import operator_for
 from ..space.constraints import Hardware, cache_bytes
-from ..target import make_target
+from ..target import make_target, use_tvm_threads
 
 CHAINS = 12
 """Independent vector accumulators: FMA latency (4 cycles) x FMA ports (2), with room."""
 FMA_SECONDS = 0.05
-"""Seconds one timing of the FMA kernel lasts (about)."""
+"""Seconds one timing of the FMA or an in-cache streaming kernel lasts (about)."""
 MAX_ARRAY_BYTES = 256 << 20
-"""The triad's arrays: twice the last-level cache each, at most this (a 300 MiB shared
-L3 of a cloud socket would otherwise ask for gigabytes)."""
+"""The memory stream's arrays: twice the last-level cache each, at most this (a 300 MiB
+shared L3 of a cloud socket would otherwise ask for gigabytes)."""
+STREAM_BYTES = 12
+"""Bytes ``a = s * a + b`` moves per element: a and b read, a written."""
 
 
 @dataclass(frozen=True)
@@ -54,16 +59,29 @@ class Peak:
     """FMA peak on every core (GFLOP/s)."""
     gflops_one_core: float
     gbs: float
-    """Triad bandwidth on every core (GB/s, 3 x 4 bytes per element)."""
-    triad_mib: float
-    """Size of each triad array (MiB)."""
+    """Memory bandwidth on every core (GB/s, 12 bytes per element)."""
+    stream_mib: float
+    """Size of each array of the memory stream (MiB)."""
+    cache_gbs: list[tuple[str, int, float]]
+    """``(level, bytes, GB/s)``: the stream's bandwidth on every core with its arrays in
+    each core's L1, then L2; bytes: that level's capacity over all cores."""
     tvm: str
+
+    def bandwidth(self, nbytes: float) -> tuple[float, str]:
+        """GB/s and the level's name (``"L1"``, ``"L2"``, ``"mem"``) for an operator
+        whose tensors take ``nbytes``: the smallest level they fit in."""
+        for level, capacity, gbs in self.cache_gbs:
+            if nbytes <= capacity:
+                return gbs, level
+        return self.gbs, "mem"
 
     def bound(self, flops: float, nbytes: float) -> tuple[float, str]:
         """The roofline of an operator of ``flops`` moving ``nbytes``: attainable GFLOP/s
-        and ``"flop"`` or ``"mem"``, whichever limits it."""
-        memory = flops / nbytes * self.gbs
-        return (self.gflops, "flop") if self.gflops <= memory else (memory, "mem")
+        and ``"flop"`` or the bandwidth level that limits it (``"L1"``, ``"L2"``,
+        ``"mem"``)."""
+        gbs, level = self.bandwidth(nbytes)
+        memory = flops / nbytes * gbs
+        return (self.gflops, "flop") if self.gflops <= memory else (memory, level)
 
 
 def _fma_kernel(threads: int, lanes: int, iters: int) -> tvm.tirx.PrimFunc:
@@ -90,18 +108,19 @@ def _fma_kernel(threads: int, lanes: int, iters: int) -> tvm.tirx.PrimFunc:
     return main
 
 
-def _triad_kernel(threads: int, lanes: int, rows: int) -> tvm.tirx.PrimFunc:
-    """``a = b + 3 c`` over ``threads * rows * lanes`` floats, one block per thread."""
+def _stream_kernel(threads: int, lanes: int, rows: int, sweeps: int) -> tvm.tirx.PrimFunc:
+    """``a = 0.5 a + b`` over ``threads * rows * lanes`` floats, one block per thread,
+    ``sweeps`` times (each sweep depends on the last, so none is skipped)."""
 
     @T.prim_func
     def main(a: T.Buffer((threads, rows, lanes), "float32"),
-             b: T.Buffer((threads, rows, lanes), "float32"),
-             c: T.Buffer((threads, rows, lanes), "float32")):
+             b: T.Buffer((threads, rows, lanes), "float32")):
         T.func_attr({"global_symbol": "main", "tirx.noalias": True})
         for p in T.parallel(threads):
-            for r in range(rows):
-                for lane in T.vectorized(lanes):
-                    a[p, r, lane] = b[p, r, lane] + T.float32(3.0) * c[p, r, lane]
+            for _ in range(sweeps):
+                for r in range(rows):
+                    for lane in T.vectorized(lanes):
+                        a[p, r, lane] = a[p, r, lane] * T.float32(0.5) + b[p, r, lane]
 
     return main
 
@@ -127,23 +146,42 @@ def _fma_gflops(target: tvm.target.Target, threads: int, lanes: int) -> float:
     return flops_per_iter * iters / seconds / 1e9
 
 
+def _stream_gbs(target: tvm.target.Target, threads: int, lanes: int,
+                per_thread_bytes: int) -> float:
+    """Bandwidth (GB/s) of the stream with its two arrays taking ``per_thread_bytes`` per
+    thread, swept for about ``FMA_SECONDS`` when they are small."""
+    rows = max(1, per_thread_bytes // (2 * 4 * lanes))
+    shape = (threads, rows, lanes)
+    args = [np.ones(shape, "float32"), np.ones(shape, "float32")]
+    sweeps = 1
+    seconds = _seconds(_stream_kernel(threads, lanes, rows, sweeps), target, args, 3)
+    if seconds < FMA_SECONDS:
+        sweeps = max(1, int(FMA_SECONDS / max(seconds, 1e-9)))
+        seconds = _seconds(_stream_kernel(threads, lanes, rows, sweeps), target, args, 7)
+    return STREAM_BYTES * threads * rows * lanes * sweeps / seconds / 1e9
+
+
 def measure_peak(target: str | tvm.target.Target | None = None) -> Peak:
-    """Time the FMA kernel (all cores, one core) and the triad on this host."""
+    """Time the FMA kernel (all cores, one core) and the stream (in L1, in L2, in memory)
+    on this host."""
     tgt = make_target(target)
     if tgt.kind.name != "llvm":
         raise ValueError(f"bench peak: measures CPUs; target is {tgt.kind.name}")
     cores = int(tgt.attrs.get("num-cores", 0)) or os.cpu_count() or 1
+    use_tvm_threads(cores)  # TVM would run one thread per two cores on x86
     lanes = Hardware.of(tgt).lanes()
+    caches = []
+    for level in (1, 2):  # half of each core's cache, the rest for the stack and code
+        size = cache_bytes(level)
+        caches.append((f"L{level}", size * cores, _stream_gbs(tgt, cores, lanes, size // 2)))
     per_array = min(max(2 * cache_bytes(3), 64 << 20), MAX_ARRAY_BYTES)
     rows = per_array // (4 * lanes * cores)
-    shape = (cores, rows, lanes)
-    arrays = [np.zeros(shape, "float32"), np.ones(shape, "float32"), np.ones(shape, "float32")]
-    seconds = _seconds(_triad_kernel(cores, lanes, rows), tgt, arrays, 10)
     return Peak(host=socket.gethostname(), target=str(tgt), cores=cores, lanes=lanes,
                 gflops=_fma_gflops(tgt, cores, lanes),
                 gflops_one_core=_fma_gflops(tgt, 1, lanes),
-                gbs=3 * arrays[0].nbytes / seconds / 1e9,
-                triad_mib=arrays[0].nbytes / 2**20, tvm=tvm.__version__)
+                gbs=_stream_gbs(tgt, cores, lanes, 2 * rows * lanes * 4),
+                stream_mib=rows * lanes * cores * 4 / 2**20, cache_gbs=caches,
+                tvm=tvm.__version__)
 
 
 def cache_path(target: str | tvm.target.Target | None = None) -> Path:
@@ -158,8 +196,10 @@ def cached_peak(target: str | tvm.target.Target | None = None) -> Peak | None:
     measured it (or the cache is unreadable)."""
     path = cache_path(target)
     try:
-        return Peak(**json.loads(path.read_text()))
-    except (OSError, TypeError, ValueError):
+        fields = json.loads(path.read_text())
+        fields["cache_gbs"] = [tuple(level) for level in fields["cache_gbs"]]
+        return Peak(**fields)
+    except (OSError, KeyError, TypeError, ValueError):
         return None
 
 
@@ -195,11 +235,17 @@ def operator_traffic(spec: str, epilogue: Sequence[str] = ()) -> tuple[float, fl
 def format_peak(peak: Peak, seconds: float | None = None) -> str:
     """The lines ``altenv bench peak`` prints."""
     took = f" (measured in {seconds:.1f} s)" if seconds is not None else " (cached)"
-    return (f"host {peak.host}, target {peak.target}{took}\n"
-            f"fp32 FMA peak: {peak.gflops:.1f} GFLOP/s on {peak.cores} cores, "
-            f"{peak.gflops_one_core:.1f} GFLOP/s on one ({peak.lanes} lanes)\n"
-            f"memory bandwidth (triad, 3 x {peak.triad_mib:.0f} MiB): {peak.gbs:.1f} GB/s\n"
-            f"ridge point: {peak.gflops / peak.gbs:.1f} FLOP/byte\n")
+    lines = [f"host {peak.host}, target {peak.target}{took}",
+             f"fp32 FMA peak: {peak.gflops:.1f} GFLOP/s on {peak.cores} cores, "
+             f"{peak.gflops_one_core:.1f} GFLOP/s on one ({peak.lanes} lanes)"]
+    lines += [f"{level} bandwidth (tensors within {size / 2**10:.0f} KiB): {gbs:.1f} GB/s"
+              for level, size, gbs in peak.cache_gbs]
+    lines.append(f"memory bandwidth (a = s a + b, 2 x {peak.stream_mib:.0f} MiB): "
+                 f"{peak.gbs:.1f} GB/s")
+    ridges = [f"{peak.gflops / gbs:.1f} in {level}" for level, _, gbs in peak.cache_gbs]
+    lines.append(f"ridge point (FLOP/byte): {peak.gflops / peak.gbs:.1f} from memory, "
+                 + ", ".join(ridges))
+    return "\n".join(lines) + "\n"
 
 
 def timed_peak(target: str | tvm.target.Target | None, refresh: bool) -> str:

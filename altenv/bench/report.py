@@ -37,8 +37,9 @@ def _noisy(program: dict[str, Any] | None) -> bool:
 
 
 def roof(timing: dict[str, Any], peak: Peak | None) -> tuple[float, float, str]:
-    """``(FLOPs, attainable GFLOP/s, "flop" or "mem")`` of an operator timing on ``peak``'s
-    roofline; ``(nan, nan, "")`` for a network, another host's timing or a non-fp32 op."""
+    """``(FLOPs, attainable GFLOP/s, what bounds it)`` of an operator timing on ``peak``'s
+    roofline (``"flop"``, or the bandwidth of ``"L1"``, ``"L2"``, ``"mem"``); ``(nan, nan,
+    "")`` for a network, another host's timing or a non-fp32 op."""
     from ..ops import parse_workload
     from ..ops.operators import operator_for
     from .peak import operator_traffic
@@ -155,8 +156,8 @@ def format_table(timings: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any
                  peak: Peak | None = None) -> str:
     """The printed table: each workload's median latency per tuner (median over seeds),
     the baselines' latencies, the fraction of ``peak``'s roofline the fastest of them
-    reaches (``flop``: FLOP-bound, ``mem``: bandwidth-bound), then the geometric-mean
-    speedups per tuner."""
+    reaches (``flop``: FLOP-bound, ``L1``/``L2``/``mem``: bound by that bandwidth), then
+    the geometric-mean speedups per tuner."""
     if not rows:
         return "(no finished workloads)\n"
     tuners = list(dict.fromkeys(r["tuner"] for r in rows))
@@ -203,9 +204,11 @@ def format_table(timings: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any
     lines.append("(speedups: geometric mean over workloads of the median over seeds; "
                  "[min, max] over workloads)")
     if with_roof:
+        levels = ", ".join(f"{level} {gbs:.0f}" for level, _, gbs in peak.cache_gbs)
         lines.append(f"(% roof: the fastest program's GFLOP/s over min({peak.gflops:.0f} "
-                     f"GFLOP/s, FLOP/byte x {peak.gbs:.1f} GB/s), this host's `altenv bench "
-                     "peak`; flop: FLOP-bound, mem: bandwidth-bound)")
+                     f"GFLOP/s, FLOP/byte x the GB/s of the smallest level its tensors fit "
+                     f"in: {levels}, mem {peak.gbs:.1f}), this host's `altenv bench peak`; "
+                     "flop: FLOP-bound, else the level whose bandwidth bounds it)")
     if any(r["noisy"] for r in rows):
         lines.append(f"(*: a timing too spread to trust, interquartile range / median above "
                      f"{NOISY_SPREAD}, or a speedup built on one: re-time on a quieter host "
