@@ -307,16 +307,7 @@ class EvolutionAgent(Agent):
 
     def _mutate(self, session: TuningSession, parent: Candidate) -> Candidate:
         space = session.task.space(parent.factors)
-        point = parent.point
-        active = [k for k in np.flatnonzero(space.active(point))
-                  if space.subspaces[k].num_directions > 1]
-        for _ in range(1 + int(self.rng.random() < 0.3)):
-            if not active:
-                break
-            k = int(self.rng.choice(active))
-            direction = int(self.rng.integers(1, space.subspaces[k].num_directions))
-            point = space.move(point, k, direction)
-        return Candidate(parent.factors, point)
+        return Candidate(parent.factors, space.mutate(parent.point, self.rng))
 
     def _evolve(self, session: TuningSession, factors: Factors
                 ) -> tuple[list[Candidate], np.ndarray, list[Candidate]]:

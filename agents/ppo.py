@@ -127,6 +127,9 @@ class PPOAgent(Agent):
     hardware_constraints:
         Layouts obey the SIMD-length layout constraints that ``evolution`` samples under
         (masked bins; constraints between knobs by projecting the layout actor's choice).
+    mutations:
+        Random neighbours of the layout's best measured points added to each round's
+        sampled batch, so the loop actors' walks can start next to what measured best.
     """
 
     def __init__(self, seed: int = 0, checkpoint: str | None = PRETRAINED,
@@ -136,11 +139,13 @@ class PPOAgent(Agent):
                  ent_coef: float = 0.01, policy: str = "MlpPolicy",
                  policy_kwargs: dict[str, Any] | None = None, zero_shot_budget: int = 16,
                  zero_shot_seconds: float = 10.0, learn: bool = True,
-                 tensorboard_log: str | None = None, hardware_constraints: bool = True):
+                 tensorboard_log: str | None = None, hardware_constraints: bool = True,
+                 mutations: int = 0):
         self.seed = seed
         self.env_options = {"episode_layouts": episode_layouts, "loop_rounds": loop_rounds,
                             "walk_length": walk_length,
-                            "hardware_constraints": hardware_constraints}
+                            "hardware_constraints": hardware_constraints,
+                            "mutations": mutations}
         self.ppo_options = {"n_steps": n_steps, "batch_size": batch_size, "n_epochs": n_epochs,
                             "learning_rate": learning_rate, "gamma": gamma,
                             "gae_lambda": gae_lambda, "ent_coef": ent_coef}

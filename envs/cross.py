@@ -97,11 +97,12 @@ class CrossExplorationEnv(TuningEnv):
     (the layout actor picks the template's split factors, ALT §5.1) and then
     ``loop_rounds`` rounds of **loop steps**: each round samples ``batch`` points of the
     layout's loop space (MetaSchedule's sampling; the layout's best measured points and
-    the best point so far join it) and walks ``walk_length`` steps from its
-    best-predicted point, every subspace moved in the direction its loop actor chose
-    (§5.2.2). In measure mode the ``top_k`` best-predicted points of the visit are
-    measured at its end. All actors are heads of one policy with one value function,
-    the critic ALT shares among them; action masks switch the heads that do not act.
+    the best point so far join it, with ``mutations`` random neighbours of those best
+    measured points) and walks ``walk_length`` steps from its best-predicted point, every
+    subspace moved in the direction its loop actor chose (§5.2.2). In measure mode the
+    ``top_k`` best-predicted points of the visit are measured at its end. All actors are
+    heads of one policy with one value function, the critic ALT shares among them; action
+    masks switch the heads that do not act.
 
     With ``layout=`` the layout is fixed (ALT's loop-only stage): there are no layout
     steps and every visit is loop rounds on that layout. ``workload`` may be a list of
@@ -161,6 +162,8 @@ class CrossExplorationEnv(TuningEnv):
     | walk_length       | 16         | loop steps per round                                |
     | batch             | 32         | points sampled per round                            |
     | top_k             | 8          | points measured per visit (measure mode)            |
+    | mutations         | 0          | neighbours of the layout's best measured points     |
+    |                   |            | added to each round's batch (measure mode)          |
     | layout            | None       | fixed template factors (the loop-only stage)        |
     | hardware_constraints | False   | layouts obey the SIMD-length layout constraints     |
     | epilogue, levels  | (), 1      | OpTask options (with spec strings; levels <= 2)     |
@@ -184,12 +187,14 @@ class CrossExplorationEnv(TuningEnv):
                  measurer: Measurer | None = None, db_path: str | Path | None = None,
                  cost_model: CostModel | str | Path | None = None,
                  reference_latency: float | None = None, hardware_constraints: bool = False,
-                 render_mode: str | None = None):
+                 mutations: int = 0, render_mode: str | None = None):
         if render_mode not in (None, *self.metadata["render_modes"]):
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
         if min(episode_layouts, loop_rounds, walk_length, batch, top_k) < 1:
             raise ValueError("episode_layouts, loop_rounds, walk_length, batch and top_k must "
                              "be >= 1")
+        if mutations < 0:
+            raise ValueError(f"mutations must be >= 0, got {mutations}")
         if reward_source not in REWARD_SOURCES:
             raise ValueError(f"reward_source must be one of {REWARD_SOURCES}, "
                              f"got {reward_source!r}")
@@ -215,7 +220,7 @@ class CrossExplorationEnv(TuningEnv):
             self.task.template.check(dict(self.fixed))
         self.episode_layouts, self.loop_rounds, self.walk_length = (
             episode_layouts, loop_rounds, walk_length)
-        self.batch, self.top_k = batch, top_k
+        self.batch, self.top_k, self.mutations = batch, top_k, mutations
         self.render_mode = render_mode
         self.action_space = spaces.MultiDiscrete(np.array(ACTION_NVEC))
         self.observation_space = spaces.Box(0.0, 1.0, (OBS_SIZE,), dtype=np.float32)
@@ -340,15 +345,19 @@ class CrossExplorationEnv(TuningEnv):
         self._sample_round()
 
     def _sample_round(self) -> None:
-        """A round's batch (sampled points, the layout's best measured ones and the best so
-        far); the walk starts from its best-predicted point."""
+        """A round's batch (sampled points, the layout's best measured ones and their
+        neighbours, the best so far); the walk starts from its best-predicted point."""
         assert self.space is not None
         points = self.space.sample(self.batch, self.np_random)
         if self.backend.measures:
             measured = sorted((lat, i, c.point) for i, (c, lat) in enumerate(
                 self.backend.session().measured_items()) if c.factors == self.factors
                 and math.isfinite(lat))
-            points += [p for _, _, p in measured[:4]]
+            elites = [p for _, _, p in measured[:4]]
+            points += elites
+            if elites:
+                points += [self.space.mutate(elites[i % len(elites)], self.np_random)
+                           for i in range(self.mutations)]
         if self.point is not None:
             points.append(self.point)
         points = list(dict.fromkeys(points))

@@ -18,7 +18,7 @@ from altenv import pretrained
 from altenv.cli import main
 from altenv.measure import MeasureConfig, create
 from altenv.records import RecordDB
-from altenv.tuning import Budget, OpTask, TuningSession, tune
+from altenv.tuning import Budget, Candidate, OpTask, TuningSession, tune
 from envs.cross import CrossExplorationEnv
 
 SMALL = {"walk_length": 3, "loop_rounds": 1, "episode_layouts": 2, "n_steps": 8,
@@ -57,6 +57,32 @@ def test_ppo_tunes_within_budget_learns_and_reloads(measurer, tmp_path, monkeypa
     pret.model_for(CrossExplorationEnv("gmm:M=16,N=32,K=16", reward_source="cost_model"))
     for name, tensor in pret.model.policy.state_dict().items():
         assert torch.equal(tensor, agent.model.policy.state_dict()[name]), name
+
+
+def test_rounds_add_neighbours_of_the_best_measured_points(measurer, tmp_path):
+    """``mutations``: each round's batch gains neighbours of the layout's best measured
+    points (one or two moves away), on top of the same samples."""
+    task = OpTask("gmm:M=16,N=16,K=16")
+    session = TuningSession(task, measurer, RecordDB(tmp_path / "r.jsonl"))
+    layout = task.default_factors()
+    points = task.space(layout).sample(4, np.random.default_rng(0))
+    session.measure([Candidate(layout, p) for p in points])
+    elites = [c.point for c, lat in session.measured_items() if np.isfinite(lat)]
+    assert elites
+
+    def first_round(mutations: int) -> set:
+        env = CrossExplorationEnv(session=session, layout=dict(layout), batch=2,
+                                  mutations=mutations, walk_length=1, loop_rounds=1,
+                                  episode_layouts=1)
+        env.reset(seed=3)
+        return {c.point for c in env.visited}
+
+    plain, mutated = first_round(0), first_round(16)
+    extra = mutated - plain
+    assert plain <= mutated and extra
+    for point in extra:  # a move may also repair a compute location it invalidated
+        assert min(sum(a != b for a, b in zip(point.values, e.values, strict=True))
+                   for e in elites) <= 3
 
 
 def test_checkpoint_refuses_another_policy(tmp_path):

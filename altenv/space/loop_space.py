@@ -493,6 +493,18 @@ class LoopSpace:
             self._decoded.popitem(last=False)
 
     # ----------------------------------------------------------------- moves
+    def mutate(self, point: LoopPoint, rng: np.random.Generator) -> LoopPoint:
+        """A random neighbour of ``point`` (evolutionary search's mutation): one move, or
+        two with probability 0.3, each on a random active subspace in a random direction."""
+        active = [k for k in np.flatnonzero(self.active(point))
+                  if self.subspaces[k].num_directions > 1]
+        for _ in range(1 + int(rng.random() < 0.3)):
+            if not active:
+                break
+            k = int(rng.choice(active))
+            point = self.move(point, k, int(rng.integers(1, self.subspaces[k].num_directions)))
+        return point
+
     def move(self, point: LoopPoint, subspace: int, direction: int) -> LoopPoint:
         """Walk ``point`` one step along ``direction`` on ``subspace``: the nearest valid
         neighbour in that direction, or ``point`` itself when there is none. A compute
