@@ -24,8 +24,10 @@ SPECS = {
     "dil": ["dil:N=1,I=4,O=8,H=12,W=12,KH=3,KW=3,pad=2"],
     "gmm": ["gmm:M=16,N=24,K=8", "gmm:M=12,N=20,K=18", "gmm:M=8,N=12,K=16,batch=3"],
     "t2d": ["t2d:N=1,I=4,O=6,H=5,W=5,KH=3,KW=3,stride=2,pad=1",
-            "t2d:N=1,I=4,O=6,H=5,W=5,KH=4,KW=4,stride=2,pad=1"],
-    "t3d": ["t3d:N=1,I=4,O=4,D=3,H=4,W=4,KD=3,KH=3,KW=3,stride=2"],
+            "t2d:N=1,I=4,O=6,H=5,W=5,KH=4,KW=4,stride=2,pad=1",
+            "t2d:N=1,I=4,O=6,H=5,W=4,KH=3,KW=3,stride=2x3,pad=1,opad=1x2"],
+    "t3d": ["t3d:N=1,I=4,O=4,D=3,H=4,W=4,KD=3,KH=3,KW=3,stride=2",
+            "t3d:N=1,I=4,O=4,D=3,H=4,W=4,KD=3,KH=3,KW=3,stride=2,pad=1,opad=1"],
 }
 ALL = [s for kind in KINDS for s in SPECS[kind]]
 
@@ -228,6 +230,7 @@ def test_transposed_conv_survives_fused_outer_loops(spec):
     ("grp:I=6,O=8,groups=4,H=8,W=8,KH=3,KW=3", "groups=4 must divide I=6 and O=8"),
     ("c2d:I=3,O=8,H=2,W=2,KH=3,KW=3", "does not fit"),
     ("dep", "no parameters; keys for dep: C, H, W, KH, KW"),
+    ("t2d:I=4,O=4,H=5,W=5,KH=3,KW=3,stride=2,opad=2", "opad (output padding) must be smaller"),
     ("c3d:I=3,O=4,D=4,H=8,W=8,KD=3,KH=3,KW=3,stride=1x2", "stride has 2 values for 3 spatial"),
     ("c2d:I=3x3,O=4,H=8,W=8,KH=3,KW=3", "I='3x3' is not an integer"),
 ])

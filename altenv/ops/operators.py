@@ -215,7 +215,8 @@ class Conv(Operator):
 
 
 class TransposedConv(Operator):
-    """N-D transposed convolution (t2d, t3d) as a gather over valid taps.
+    """N-D transposed convolution (t2d, t3d) as a gather over valid taps; ``opad``
+    (PyTorch's ``output_padding``, below the stride) adds rows at the end of each output dim.
 
     ``out[y] = sum_{i, kq} data[(y + pad) // s - kq] * weight[i, o, (y + pad) % s + s * kq]``
     with ``kq < ceil(K / s)``: each output reads only the kernel taps that land on it.
@@ -234,6 +235,10 @@ class TransposedConv(Operator):
         self.N, self.I, self.O = p["N"], p["I"], p["O"]
         self.stride = per_dim(p["stride"], self.rank, "stride", workload)
         self.pad = per_dim(p["pad"], self.rank, "pad", workload)
+        self.opad = per_dim(p.get("opad", 0), self.rank, "opad", workload)
+        if any(a >= v for a, v in zip(self.opad, self.stride)):
+            raise ValueError(f"workload {workload}: opad (output padding) must be smaller "
+                             "than stride in every dim")
         self.spatial = tuple(p[s] for s in sp)
         self.kernel = tuple(p["K" + s] for s in sp)
         if any(o < 1 for o in self.out_spatial):
@@ -243,8 +248,8 @@ class TransposedConv(Operator):
 
     @property
     def out_spatial(self) -> tuple[int, ...]:
-        return tuple((s - 1) * v - 2 * p + k
-                     for s, v, p, k in zip(self.spatial, self.stride, self.pad, self.kernel))
+        return tuple((s - 1) * v - 2 * p + k + a for s, v, p, k, a in
+                     zip(self.spatial, self.stride, self.pad, self.kernel, self.opad))
 
     @property
     def taps(self) -> tuple[int, ...]:
@@ -311,7 +316,8 @@ class TransposedConv(Operator):
     def reference(self, raw: dict[str, np.ndarray]) -> np.ndarray:
         fn = torch.nn.functional.conv_transpose3d if self.rank == 3 else \
             torch.nn.functional.conv_transpose2d
-        res = fn(_torch(raw["data"]), _torch(raw["weight"]), stride=self.stride, padding=self.pad)
+        res = fn(_torch(raw["data"]), _torch(raw["weight"]), stride=self.stride, padding=self.pad,
+                 output_padding=self.opad)
         return _to_out(self, res)
 
 

@@ -24,8 +24,8 @@ KEYS: dict[str, tuple[tuple[str, ...], dict[str, int]]] = {
     "dep": (("C",) + _SPATIAL[2] + _KERNEL[2], dict(_CONV_OPT)),
     "dil": (("I", "O") + _SPATIAL[2] + _KERNEL[2], {**_CONV_OPT, "dilation": 2}),
     "gmm": (("M", "N", "K"), {"batch": 1}),
-    "t2d": (("I", "O") + _SPATIAL[2] + _KERNEL[2], {"N": 1, "stride": 1, "pad": 0}),
-    "t3d": (("I", "O") + _SPATIAL[3] + _KERNEL[3], {"N": 1, "stride": 1, "pad": 0}),
+    "t2d": (("I", "O") + _SPATIAL[2] + _KERNEL[2], {"N": 1, "stride": 1, "pad": 0, "opad": 0}),
+    "t3d": (("I", "O") + _SPATIAL[3] + _KERNEL[3], {"N": 1, "stride": 1, "pad": 0, "opad": 0}),
 }
 
 KINDS = tuple(KEYS)
@@ -51,6 +51,8 @@ class Workload:
         keys = batch + list(required) + [k for k in optional if k not in required + tuple(batch)]
         if self.kind == "gmm" and self.params.get("batch", 1) == 1:
             keys.remove("batch")  # a plain matmul keeps the key it had before batches
+        if "opad" in keys and self.params.get("opad", 0) == 0:
+            keys.remove("opad")  # as does a transposed convolution without output padding
         body = ",".join(f"{k}={_fmt(self.params[k])}" for k in keys)
         if self.dtype != "float32":
             body += f",dtype={self.dtype}"
@@ -64,7 +66,7 @@ class Workload:
         return str(self)
 
 
-PER_DIM = ("stride", "pad", "dilation")
+PER_DIM = ("stride", "pad", "dilation", "opad")
 
 
 def _fmt(value: int | tuple[int, ...]) -> str:
@@ -82,8 +84,8 @@ def parse_workload(spec: str | Workload) -> Workload:
     required, optional = KEYS[kind]
     allowed = set(required) | set(optional) | {"dtype"}
     hint = f"keys for {kind}: {', '.join(required)} (required), " + ", ".join(
-        f"{k}={v}" for k, v in optional.items()) + ", dtype=float32 (stride, pad and " \
-        "dilation also per dim, e.g. stride=1x2x2)"
+        f"{k}={v}" for k, v in optional.items()) + ", dtype=float32 (stride, pad, " \
+        "dilation and opad also per dim, e.g. stride=1x2x2)"
     if not sep or not body.strip():
         raise ValueError(f"workload {spec!r}: no parameters; {hint}")
     params: dict[str, int] = dict(optional)
@@ -109,7 +111,7 @@ def parse_workload(spec: str | Workload) -> Workload:
     if missing:
         raise ValueError(f"workload {spec!r}: missing {', '.join(missing)}; {hint}")
     bad = [k for k, v in params.items()
-           if min(v if isinstance(v, tuple) else (v,)) < (0 if k == "pad" else 1)]
+           if min(v if isinstance(v, tuple) else (v,)) < (0 if k in ("pad", "opad") else 1)]
     if bad:
         raise ValueError(f"workload {spec!r}: {', '.join(bad)} must be positive; {hint}")
     wl = Workload(kind, params, dtype)
