@@ -494,6 +494,47 @@ def make():
 '''
 
 
+VOLUME = '''
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    """A 3-D decoder step: a convolution, then a transposed one with output padding."""
+
+    def __init__(self):
+        super().__init__()
+        self.down = nn.Conv3d(3, 8, 3, 2, 1)
+        self.up = nn.Sequential(nn.ConvTranspose3d(8, 4, 3, 2, 1, output_padding=1),
+                                nn.BatchNorm3d(4), nn.ReLU())
+
+    def forward(self, x):
+        return self.up(torch.relu(self.down(x)))
+
+
+def make():
+    torch.manual_seed(0)
+    net = Net().eval()
+    net.up[1].running_mean.uniform_(-0.2, 0.2)
+    net.up[1].running_var.uniform_(0.5, 1.5)
+    return net, (torch.randn(1, 3, 6, 8, 8),)
+'''
+
+
+@pytest.mark.slow
+def test_transposed_3d_convolution_imports_and_is_tuned_with_layouts(tmp_path: Path):
+    """``ConvTranspose3d``, which TVM's importer refuses, imports through altenv's converter
+    and is tuned with layouts (its batch norm folded); the export matches torch."""
+    (tmp_path / "volume.py").write_text(VOLUME)
+    model = load_model(f"{tmp_path / 'volume.py'}:make")
+    graph = extract_tasks(model)
+    assert [c.op.spec() for c in graph.complex_calls()][-1] == \
+        "t3d:N=1,I=8,D=3,H=4,W=4,O=4,KD=3,KH=3,KW=3,stride=2,pad=1,opad=1"
+    out_dir, network = export_run(model, tmp_path / "export", random_factors(graph, 1))
+    assert not network.plan.fallbacks and len(network.plan.lowerings) == 2
+    _check_reloaded_in_a_fresh_process(model, network, out_dir, tmp_path)
+
+
 @pytest.mark.slow
 def test_mobile_constructs_tuned_with_layouts_at_batch_2_and_exported(tmp_path: Path, caplog):
     """Squeeze-excite (its gate product split from the 1x1 conv), a channel split, concat

@@ -170,13 +170,31 @@ def _from_factory(ref: str, input_shapes: list[tuple[int, ...]] | None, batch: i
     return _from_torch(factory_name, module, example, _hash(desc, path, weights), int_high)
 
 
+def _convolution(node: torch.fx.Node, importer) -> relax.Var:
+    """``aten.convolution`` as TVM's importer converts it, plus the 3-D transposed case
+    it refuses (``ConvTranspose3d``: "Unsupported transposed convolution dimensionality"),
+    as Relax's own ``conv3d_transpose``."""
+    args = importer.retrieve_args(node)
+    if not (len(args) > 6 and args[6]) or len(importer.shape_of(args[0])) != 5:
+        return importer._convolution(node)
+    data, weight, bias, stride, pad, dilation, _, output_padding, groups = args[:9]
+    out = importer.block_builder.emit(relax.op.nn.conv3d_transpose(
+        data, weight, strides=stride, padding=pad, output_padding=output_padding,
+        dilation=dilation, groups=groups, data_layout="NCDHW", kernel_layout="IODHW"))
+    if bias is None:
+        return out
+    return importer.block_builder.emit(
+        relax.op.add(out, relax.op.reshape(bias, (1, -1, 1, 1, 1))))
+
+
 def _from_torch(name: str, module: torch.nn.Module, example: tuple[torch.Tensor, ...],
                 source_hash: str, int_high: int | None) -> ImportedModel:
     with torch.no_grad():
         program = torch.export.export(module, example).run_decompositions()
     try:
         mod = from_exported_program(program, keep_params_as_input=True,
-                                    run_ep_decomposition=False)
+                                    run_ep_decomposition=False,
+                                    custom_convert_map={"convolution.default": _convolution})
     except AssertionError as err:
         msg = str(err)
         if not msg.startswith("Unsupported function types"):
