@@ -140,7 +140,8 @@ def _bench(args: argparse.Namespace) -> int:
                  "tuners": args.tuners.split(",") if args.tuners else None,
                  "baselines": args.baselines.split(",") if args.baselines else None,
                  "versus": args.versus.split(",") if args.versus else None,
-                 "altenv.name": args.altenv_agent, **_set_options(args.set)}
+                 "altenv.name": args.altenv_agent, "ray.address": args.ray,
+                 **_set_options(args.set)}
     for label, agent in map(_agent_option, args.agent or []):
         overrides["altenv" if label == "altenv" else f"agents.{label}"] = agent
     if args.suite is None:
@@ -337,6 +338,9 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--profile", action="store_true",
                            help="also time every network's kernels alone, side by side "
                                 "(DIR/<entry>/profile.csv, profile.png)")
+        p.add_argument("--ray", metavar="ADDRESS",
+                       help="tune the agents' cells on a Ray cluster: local, auto or HOST:PORT "
+                            "(MetaSchedule's cells and the re-timing stay on this host)")
         p.add_argument("--quiet", action="store_true", help="no progress bars")
         p.add_argument("--set", action="append", metavar="KEY=VALUE", help=SET_HELP)
         p.add_argument("--repair", action="store_true", help=REPAIR_HELP)

@@ -21,6 +21,7 @@ from pydantic import Field, field_validator, model_validator
 
 import agents
 
+from .cluster.settings import RaySettings
 from .config import AgentConfig, ConfigError, DirName, TargetSpec, load_config
 from .measure import MeasureConfig
 from .ops import Epilogue, parse_workload
@@ -75,6 +76,9 @@ class BenchSuite(Strict):
     measure: MeasureConfig = Field(default_factory=MeasureConfig)
     workloads: list[OpEntry] = Field(default_factory=list)
     models: list[NetEntry] = Field(default_factory=list)
+    #: tune the agents' cells on a Ray cluster (builds as Ray tasks, one actor per measuring
+    #: device), as ``altenv tune --ray``; MetaSchedule's cells and the re-timing stay here
+    ray: RaySettings | None = None
 
     @field_validator("agents")
     @classmethod
@@ -115,6 +119,9 @@ class BenchSuite(Strict):
         names = [e.name for e in entries]
         if len(set(names)) != len(names):
             raise ValueError(f"entry names repeat: {names}")
+        if self.ray is not None and self.measure.rpc is not None:
+            raise ValueError("ray: measures on the cluster's device actors; measure.rpc is "
+                             "allowed only without ray")
         return self
 
     def agent(self, tuner: str) -> AgentConfig | None:

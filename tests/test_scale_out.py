@@ -203,6 +203,36 @@ def test_ray_run_resumes_after_kill_9_without_measuring_twice(tmp_path, ray_clus
     assert summary["resumed_records"] == before and summary["trials"] == 12
 
 
+@RAY
+@pytest.mark.slow
+def test_bench_tunes_agent_cells_on_the_cluster(tmp_path, ray_cluster, monkeypatch) -> None:
+    """``altenv bench ops --ray ADDRESS``: the agent's cells measure on the cluster's device
+    actors, the re-timing on this host."""
+    import ray
+
+    from altenv.cli import main
+    from altenv.cluster.measurer import RayMeasurer
+
+    batches: list[int] = []
+    measure = RayMeasurer.measure
+
+    def counted(self, candidates, *args, **kwargs):
+        batches.append(len(candidates))
+        return measure(self, candidates, *args, **kwargs)
+
+    monkeypatch.setattr(RayMeasurer, "measure", counted)
+    out = tmp_path / "b"
+    assert main(["bench", "ops", "--workload", "gmm:M=16,N=16,K=16", "--tuners", "random",
+                 "--versus", "random", "--baselines", "torch", "--budget", "8", "--output",
+                 str(out), "--quiet", "--ray", ray_cluster.address, "--set",
+                 "measure={number: 1, repeat: 2, min_repeat_ms: 5}"]) == 0
+    assert ray.is_initialized() and sum(batches) == 8
+    assert json.loads((out / "suite.json").read_text())["ray"]["address"] == ray_cluster.address
+    (cell,) = out.glob("*/random-seed0/cell.json")
+    assert json.loads(cell.read_text())["trials"] == 8
+    assert (out / "results.csv").exists()
+
+
 def test_bad_ray_settings_are_one_line_and_leave_no_run_dir(tmp_path, capsys) -> None:
     from altenv.cli import main
 
@@ -214,6 +244,13 @@ def test_bad_ray_settings_are_one_line_and_leave_no_run_dir(tmp_path, capsys) ->
                  "measure.rpc={tracker: '127.0.0.1:9190', key: k}"]) == 2
     assert "measure.rpc is allowed only without ray" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()
+    bench = ["bench", "ops", "--workload", "gmm:M=16,N=16,K=16", "--output", str(tmp_path / "b")]
+    assert main([*bench, "--ray", "127.0.0.1:1"]) == 2
+    assert "ray.address: nothing answers at '127.0.0.1:1'" in capsys.readouterr().err
+    assert main([*bench, "--ray", "local", "--set",
+                 "measure.rpc={tracker: '127.0.0.1:9190', key: k}"]) == 2
+    assert "measure.rpc is allowed only without ray" in capsys.readouterr().err
+    assert not (tmp_path / "b").exists()
 
 
 @pytest.mark.slow

@@ -47,7 +47,7 @@ def _run_config(suite: BenchSuite, entry: NetEntry, tuner: str, seed: int, path:
     return RunConfig(name=path.name, model=entry.model, model_options=entry.options,
                      target=suite.target, agent=agent, seed=seed, measure=measure,
                      budget=BudgetConfig.split(budget, OTHERS_SHARE),
-                     output_dir=str(path.parent))
+                     output_dir=str(path.parent), ray=suite.ray)
 
 
 def tune_net_cell(suite: BenchSuite, entry: NetEntry, tuner: str, seed: int, output: Path,

@@ -36,10 +36,11 @@ from ..baselines import (
 from ..baselines.base import mean_run_seconds
 from ..costmodel import CostModel
 from ..lock import DirLock
-from ..measure import MeasureConfig, create
+from ..measure import MeasureConfig
 from ..measure.timing import summaries
 from ..ops import generate
 from ..pipeline.checks import make_agent
+from ..pipeline.devices import open_measurer
 from ..pipeline.replay import replay_best
 from ..records import RecordDB
 from ..space.loop_space import StaleRecordError
@@ -79,7 +80,7 @@ def _tune_agent_cell(suite: BenchSuite, entry: OpEntry, tuner: str, seed: int, p
         progress_file.write_text(json.dumps({"seconds": before + time.perf_counter() - start}))
 
     task = OpTask(entry.spec, suite.target, entry.epilogue)
-    with create(None, measure, task.target) as measurer, \
+    with open_measurer(suite.ray, measure, task.target) as measurer, \
             RecordDB(path / "records.jsonl", repair) as db:
         session = TuningSession(task, measurer, db, CostModel(seed=seed))
         agent = make_agent(suite.agent(tuner), {"seed": seed})

@@ -45,11 +45,16 @@ def _check_same_timing(suite: BenchSuite, output: Path) -> None:
 
 def check_suite(suite: BenchSuite, entries: list[Any]) -> None:
     """What the cells of ``entries`` need beyond the suite's fields, checked before anything
-    is written: the target's device is present, every tuner's agent is built (its options
+    is written: the target's device is present, the Ray cluster of ``ray:`` is joined,
+    every tuner's agent is built (its options
     typed and checked, :func:`~altenv.pipeline.checks.make_agent`) and every network
     imports (:func:`~altenv.pipeline.checks.load_user_model`); a :class:`ConfigError` of
     one line otherwise."""
     check_device(suite.target)
+    if suite.ray is not None:
+        from ..cluster.session import connect  # Ray only for a bench that names it
+
+        connect(suite.ray)
     for tuner in suite.tuners:
         agent = suite.agent(tuner)
         if agent is not None:

@@ -428,7 +428,7 @@ def tune_model(cfg: RunConfig, progress: bool = True, repair: bool = False) -> R
         save_model(model, run_dir.model)
         plan(run)
         log = TensorBoardLog(run_dir.tensorboard)
-        with open_measurer(cfg, cfg.target) as measurer:
+        with open_measurer(cfg.ray, cfg.measure, cfg.target) as measurer:
             tune_tasks(run, measurer, log)
             hand_out_reserved(run, measurer, log)
             log.close()

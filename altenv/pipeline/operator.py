@@ -40,7 +40,8 @@ def tune_workload(cfg: RunConfig, progress: bool = True, repair: bool = False) -
     agent = check_run(cfg, tensorboard_log=str(run_dir.tensorboard))
     task = op_task(cfg, cfg.workload, cfg.mapping)
     budget = cfg.budget.stages
-    with run_dir.open(cfg, repair) as db, open_measurer(cfg, task.target) as measurer:
+    with run_dir.open(cfg, repair) as db, \
+            open_measurer(cfg.ray, cfg.measure, task.target) as measurer:
         previous = len(db)
         start = time.perf_counter()
         session = TuningSession(task, measurer, db, CostModel(seed=cfg.seed),
