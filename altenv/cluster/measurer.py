@@ -36,6 +36,8 @@ from .settings import RaySettings
 BUILD_START_SECONDS = 120.0
 """Seconds a build task may wait for a worker and its TVM import, on top of the build
 timeout."""
+PROBE_SECONDS = 5.0
+"""Seconds a device actor has to answer, when it is stopped, before it is taken for hung."""
 
 
 def _build(mod_json: str, target: dict[str, Any]) -> tuple[bytes, float]:
@@ -189,6 +191,16 @@ class RayMeasurer(FleetMeasurer):
                              "s") from None
 
     def _close_runner(self, runner: Any, wait: bool) -> None:
+        """Stop a device's actor, unless it already died (with its node): Ray 2's
+        ``ray.kill`` of an actor whose death the driver has processed fails a C++ check
+        and aborts the driver. A device that does not answer within a few seconds is hung
+        and killed."""
+        try:
+            ray.get(runner.node.remote(), timeout=PROBE_SECONDS)
+        except RayActorError:
+            return
+        except GetTimeoutError:
+            pass
         ray.kill(runner)
 
 

@@ -29,14 +29,22 @@ def reachable(address: str, timeout: float = 5.0) -> None:
 
 def connect(settings: RaySettings) -> None:
     """Join ``settings.address`` (``local`` starts a Ray instance on this machine with one
-    device); a cluster without any ``device_resource`` is a :class:`~altenv.errors.UserError`."""
+    device); a cluster without any ``device_resource`` is a :class:`~altenv.errors.UserError`.
+    A process that already joined a cluster stays on it; asking it for another address is
+    a :class:`~altenv.errors.UserError`."""
+    if settings.address != "local":
+        reachable(settings.address)
     if ray.is_initialized():
+        joined = ray.get_runtime_context().gcs_address
+        asked = settings.address.removeprefix("ray://")
+        if asked not in ("local", "auto", joined):
+            raise UserError(f"ray.address: this process already joined the cluster at "
+                            f"{joined!r}; {settings.address!r} needs a new process")
         return
     if settings.address == "local":
         ray.init(resources={settings.device_resource: 1}, include_dashboard=False,
                  log_to_driver=False, configure_logging=False)
     else:
-        reachable(settings.address)
         try:
             ray.init(address=settings.address, log_to_driver=False, configure_logging=False)
         except (ConnectionError, ValueError, RuntimeError) as err:
