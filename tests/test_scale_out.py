@@ -122,10 +122,10 @@ def test_rpc_fleet_times_on_every_server_and_survives_one_killed_mid_batch(
     assert len(measurer.fleet.lost) == 1
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def ray_cluster() -> Iterator[object]:
-    """A head and a second raylet on this machine, one CPU and one device each, shared by
-    this module's Ray tests (a test that removes a node adds one back)."""
+    """A head and a second raylet on this machine, one CPU and one device each (one per
+    test: the order xdist runs them in is not this file's, and a test removes a node)."""
     ray = pytest.importorskip("ray")
     from ray.cluster_utils import Cluster
 
@@ -160,12 +160,14 @@ def test_ray_measurer_builds_on_the_cluster_and_survives_a_removed_node(ray_clus
         assert warm[1].error.startswith("wrong result")
         nodes = {ray.get(d.node.remote()) for d in measurer.fleet.devices}
         assert len(nodes) == 2  # one device actor on each raylet
-        ray_cluster.remove_node(ray_cluster.list_all_nodes()[1])  # its device dies with it
+        driver = ray.get_runtime_context().get_node_id()  # Ray refuses to remove that one
+        victim = next(n for n in ray_cluster.list_all_nodes() if n.node_id != driver)
+        ray_cluster.remove_node(victim)  # its device dies with it
         try:
             with pytest.warns(UserWarning, match="1 measuring device"):
                 results = measurer.measure([MeasureCandidate(tiled_matmul(f), right)
                                             for f in (2, 4, 8, 16)])
-        finally:  # the next tests get two nodes again
+        finally:  # the measurer then closes with its dead device's death processed
             ray_cluster.add_node(num_cpus=1, resources={"altenv_device": 1})
             ray_cluster.wait_for_nodes()
     assert all(r.ok for r in results), [r.error for r in results]
