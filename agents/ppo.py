@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from sb3_contrib import MaskablePPO
 from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.logger import Logger
 
 from altenv import pretrained
 from altenv.costmodel import CostModel
@@ -195,6 +196,9 @@ class PPOAgent(Agent):
         self.model = MaskablePPO(policy, env, policy_kwargs=resolve_policy_kwargs(
             self.policy_kwargs), seed=self.seed, tensorboard_log=self.tensorboard_log,
             verbose=0, device="cpu", **self.ppo_options)
+        if self.tensorboard_log is None:
+            # SB3's default logger makes an empty SB3-<time> folder in /tmp on every learn()
+            self.model.set_logger(Logger(None, []))
         if previous is not None:  # SB3 models keep their number of envs: carry the policy over
             self.model.policy.load_state_dict(previous.policy.state_dict())
             self.model.num_timesteps = previous.num_timesteps

@@ -28,6 +28,8 @@ def _suite_file(tmp_path, kind="ops", **fields):
     import yaml
 
     data = {"name": "t", "kind": kind, "budget": 4, "measure": FAST,
+            # MetaSchedule's loop search with a test-sized population (default 512)
+            "altenv": {"name": "evolution", "options": {"ms_population": 32}},
             "tuners": ["altenv", "metaschedule", "evo-small"],
             "agents": {"evo-small": {"name": "evolution",
                                      "options": {"population": 16, "children": 16}}},

@@ -16,6 +16,9 @@ from altenv.cli import main
 from altenv.records import RecordDB
 
 ROOT = Path(__file__).resolve().parent.parent
+#: MetaSchedule's loop search with a test-sized population (its default, 512, spends most of
+#: a run this small generating candidates); the behaviour tested does not depend on it
+SMALL_SEARCH = "agent: {options: {ms_population: 32}}\n"
 
 
 @pytest.mark.slow
@@ -24,7 +27,7 @@ def test_tune_model_export_and_load_with_plain_tvm(tmp_path, tiny_model):
     config.write_text(f"name: tiny\nmodel: {tiny_model}\n"
                       "budget: {joint: 12, loop_only: 12}\n"
                       "search: {batch: 16, top_k: 2, in_network_slack: 100}\n"
-                      "measure: {number: 1, repeat: 2, min_repeat_ms: 5}\n")
+                      f"measure: {{number: 1, repeat: 2, min_repeat_ms: 5}}\n{SMALL_SEARCH}")
     assert main(["tune", str(config), "--output-dir", str(tmp_path), "--quiet"]) == 0
     run = tmp_path / "tiny"
     summary = json.loads((run / "summary.json").read_text())
@@ -110,7 +113,7 @@ def _siblings_run(tmp_path: Path, name: str, budget: str, search: str) -> list[s
     config = tmp_path / "run.yaml"
     config.write_text(f"name: {name}\nmodel: {tmp_path / 'siblings.py'}:factory\n"
                       f"budget: {budget}\nsearch: {search}\n"
-                      "measure: {number: 1, repeat: 2, min_repeat_ms: 5}\n")
+                      f"measure: {{number: 1, repeat: 2, min_repeat_ms: 5}}\n{SMALL_SEARCH}")
     return ["tune", str(config), "--output-dir", str(tmp_path), "--quiet"]
 
 

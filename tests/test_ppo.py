@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import tempfile
 
 import numpy as np
 import pytest
@@ -37,8 +38,10 @@ def test_ppo_tunes_within_budget_learns_and_reloads(measurer, tmp_path, monkeypa
     db = RecordDB(tmp_path / "r.jsonl")
     session = TuningSession(task, measurer, db)
     agent = agents.create("ppo", seed=0, checkpoint=None, **SMALL)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where SB3 would log
     best = tune(session, agent, Budget(12, 12), batch=8, top_k=3, progress=False)
     assert np.isfinite(best) and session.trials == 24 and db.count() == 24
+    assert not list(tmp_path.glob("SB3-*"))  # no TensorBoard asked for: no log folders
     keys = [r.key for r in db.records()]
     assert len(set(keys)) == len(keys)  # nothing measured twice
     assert agent.updates["joint"] >= 1 and agent.updates["loop"] >= 1  # learned in the run
