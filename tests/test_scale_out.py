@@ -189,6 +189,7 @@ def test_ray_run_resumes_after_kill_9_without_measuring_twice(tmp_path, ray_clus
                "gmm:M=16,N=16,K=16", "--budget", "12", "--name", "r", "--output-dir",
                str(tmp_path), "--quiet", "--ray", ray_cluster.address,
                "--set", "search.top_k=2", "--set", "search.batch=16",
+               "--set", "agent.options.ms_population=32",  # test-sized loop search
                "--set", "measure={number: 1, repeat: 2, min_repeat_ms: 5}"]
     first = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              start_new_session=True)
