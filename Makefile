@@ -17,7 +17,7 @@ demo: setup
 	$(VENV)/bin/altenv demo
 
 test: setup
-	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=25
+	$(PY) -m pytest -q -n 2 --dist loadgroup --max-worker-restart=0 --durations=25
 
 lint: setup
 	$(VENV)/bin/ruff check altenv envs agents tests

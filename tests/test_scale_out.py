@@ -149,19 +149,27 @@ def test_ray_measurer_builds_on_the_cluster_and_survives_a_removed_node(ray_clus
     from altenv.cluster.session import connect
     from altenv.cluster.settings import RaySettings
 
+    # a third raylet: Ray attaches this driver to any raylet on its host, the head's or
+    # not, and removing the driver's raylet or the head (its GCS) ends this process
+    ray_cluster.add_node(num_cpus=1, resources={"altenv_device": 1})
+    ray_cluster.wait_for_nodes()
     settings = RaySettings(address=ray_cluster.address)
     connect(settings)
+    deadline = time.monotonic() + 60  # the third node's resources reach the view later
+    while ray.cluster_resources().get("altenv_device", 0) < 3 and time.monotonic() < deadline:
+        time.sleep(0.1)
     config = MeasureConfig(number=1, repeat=2, min_repeat_ms=5, run_timeout=20)
     with RayMeasurer(settings, config) as measurer:
         right, wrong = CorrectnessCheck(lambda a, b: a @ b), CorrectnessCheck(lambda a, b: a + b)
         warm = measurer.measure([MeasureCandidate(tiled_matmul(4), right),
-                                 MeasureCandidate(tiled_matmul(8), wrong)])
-        assert warm[0].ok and warm[0].build_seconds > 0
+                                 MeasureCandidate(tiled_matmul(8), wrong),
+                                 MeasureCandidate(tiled_matmul(2), right)])
+        assert warm[0].ok and warm[0].build_seconds > 0 and warm[2].ok
         assert warm[1].error.startswith("wrong result")
         nodes = {ray.get(d.node.remote()) for d in measurer.fleet.devices}
-        assert len(nodes) == 2  # one device actor on each raylet
-        driver = ray.get_runtime_context().get_node_id()  # Ray refuses to remove that one
-        victim = next(n for n in ray_cluster.list_all_nodes() if n.node_id != driver)
+        assert len(nodes) == 3  # one device actor on each raylet
+        driver = ray.get_runtime_context().get_node_id()
+        victim = next(n for n in ray_cluster.worker_nodes if n.node_id != driver)
         ray_cluster.remove_node(victim)  # its device dies with it
         try:
             with pytest.warns(UserWarning, match="1 measuring device"):
