@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from ..measure.signals import sigint_blocked
+from ..measure.timing import wait_for_idle_threads
 
 Setup = Callable[[], tuple[Callable[[], object], Callable[[], list[np.ndarray]]]]
 """Runs in the worker: returns ``(run, outputs)`` like a :class:`~altenv.baselines.Baseline`."""
@@ -113,7 +114,9 @@ class IsolatedRun:
         return self._reply()
 
     def block(self, inner: int) -> float:
-        """Seconds per call over ``inner`` back-to-back calls, timed in the worker."""
+        """Seconds per call over ``inner`` back-to-back calls, timed in the worker once this
+        process's threads are idle (the worker gets the cores to itself)."""
+        wait_for_idle_threads()
         return self._call("block", inner)
 
     def run(self) -> None:

@@ -83,7 +83,9 @@ def summaries(stats: Mapping[str, TimingStats]) -> dict[str, dict[str, float | b
 
 
 class BlockTimer(Protocol):
-    """A contender that times its own blocks of calls (e.g. in another process)."""
+    """A contender that times its own blocks of calls (e.g. in another process, which then
+    waits for this process's threads to park before each block: :func:`wait_for_idle_threads`;
+    a contender on this process's own TVM thread pool has nothing to wait for)."""
 
     def block(self, inner: int) -> float:
         """Seconds per call over ``inner`` back-to-back calls."""
@@ -111,7 +113,6 @@ def wait_for_idle_threads(limit: float = 0.5, window: float = 0.005) -> float:
 
 def _block(fn: Callable[[], object] | BlockTimer, inner: int) -> float:
     if not callable(fn):
-        wait_for_idle_threads()  # the other process gets the cores to itself
         return fn.block(inner)
     start = time.perf_counter()
     for _ in range(inner):
@@ -136,8 +137,7 @@ def time_interleaved(
     chosen from its warm-up so that one block lasts about ``min_block_seconds``. Between
     blocks the timer sleeps ``cooldown_seconds``: thread pools spin for a while after a
     parallel region (TVM's and torch's OpenMP alike) and would steal cores from the next
-    contender; the pause lets them park. Before a :class:`BlockTimer`'s block the timer also
-    waits until its own threads are idle (:func:`wait_for_idle_threads`).
+    contender; the pause lets them park.
     """
     if rounds < 1 or warmup < 1:
         raise ValueError(f"rounds and warmup must be >= 1, got {rounds}, {warmup}")
