@@ -60,6 +60,17 @@ def check_device(target: tvm.target.Target) -> None:
                          "visible on this host; allowed here: 'cpu'")
 
 
+def device_type(target: tvm.target.Target) -> str:
+    """Runtime device name of a target kind (``llvm`` runs on ``cpu``)."""
+    kind = str(target.kind.name)
+    return "cpu" if kind in ("llvm", "c") else kind
+
+
+def remote_device(session: Any, target: tvm.target.Target) -> tvm.runtime.Device:
+    """The device of a TVM RPC ``session`` that programs built for ``target`` run on."""
+    return session.device(device_type(target), 0)
+
+
 def device_of(target: tvm.target.Target) -> tvm.runtime.Device:
     """The device programs built for ``target`` run on (the host CPU for ``llvm``)."""
     return tvm.cpu() if target.kind.name == "llvm" else tvm.device(target.kind.name, 0)

@@ -1,8 +1,17 @@
-"""Shared fixtures: a tiny torch network file for the model-level tests."""
+"""Shared fixtures: a tiny torch network file for the model-level tests, and a loopback
+RPC device behind a tracker."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+
 import pytest
+from tvm.rpc.server import Server
+from tvm.rpc.tracker import Tracker
+from tvm.s_tir.meta_schedule.runner import RPCConfig
+
+from altenv.measure import RPCSettings
 
 TINY_MODEL = '''
 import torch
@@ -40,3 +49,23 @@ def tiny_model(tmp_path):
     ``tmp_path``)."""
     (tmp_path / "tiny.py").write_text(TINY_MODEL)
     return f"{tmp_path / 'tiny.py'}:factory"
+
+
+@pytest.fixture
+def loopback_rpc() -> Iterator[RPCSettings]:
+    """A tracker and one RPC server on this host, registered under the key ``altenv-test``."""
+    tracker = Tracker(host="127.0.0.1", port=9190, port_end=9290, silent=True)
+    server = Server(host="127.0.0.1", port=9300, port_end=9400, key="altenv-test",
+                    tracker_addr=("127.0.0.1", tracker.port), silent=True)
+    settings = RPCSettings(tracker=f"127.0.0.1:{tracker.port}", key="altenv-test")
+    config = RPCConfig(tracker_host="127.0.0.1", tracker_port=tracker.port,
+                       tracker_key="altenv-test")
+    for _ in range(100):  # the server registers asynchronously
+        if config.count_num_servers() > 0:
+            break
+        time.sleep(0.1)
+    try:
+        yield settings
+    finally:
+        server.terminate()
+        tracker.terminate()

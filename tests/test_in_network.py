@@ -11,10 +11,9 @@ from synthetic import SyntheticMeasurer
 from test_network import _conv_chain
 from tvm_ffi import structural_equal
 
-from altenv.graph import in_network
 from altenv.graph.in_network import Choice, Contender, choose_layouts, contenders
-from altenv.graph.kernels import kernel_module
 from altenv.graph.network import call_options, plan_network, tensor_name
+from altenv.measure.chains import kernel_module
 from altenv.records import RecordDB
 from altenv.tuning import OpTask, TuningSession, freeze
 
@@ -86,7 +85,7 @@ def _contenders(graph, tiled: bool):
     return task, result
 
 
-def test_the_contender_fastest_in_the_network_is_kept(monkeypatch):
+def test_the_contender_fastest_in_the_network_is_kept():
     """Each contender's calls are timed with their conversions (or read through); the
     fastest in the network wins even when it comes second alone, and a resumed choice with
     the same contenders is not timed again."""
@@ -100,33 +99,32 @@ def test_the_contender_fastest_in_the_network_is_kept(monkeypatch):
         def __init__(self, median: float):
             self.median = median
 
-    def fake_timer(runs, **_):
-        timed.append(sorted(len(chain) for chain in runs.values()))
+    def fake_timer(chains, rounds, seed):
+        timed.append(sorted(len(chain) for chain in chains.values()))
         return {key: Stats(1e-6 if len(chain) == 1 and structural_equal(chain[0], direct[0])
-                           else 3e-6) for key, chain in runs.items()}
+                           else 3e-6) for key, chain in chains.items()}
 
-    monkeypatch.setattr(in_network, "time_interleaved", fake_timer)
-    monkeypatch.setattr(in_network, "KernelChain", lambda funcs, *_: list(funcs))
     seen: dict[str, Choice] = {}
-    choices = choose_layouts(graph, {}, {}, {task: cands}, "llvm", on_choice=seen.__setitem__)
+    choices = choose_layouts(graph, {}, {}, {task: cands}, "llvm", on_choice=seen.__setitem__,
+                             timer=fake_timer)
     # the direct call, the guarded and staged variants, convert + call: timed together once
     assert len(timed) == 1 and len(timed[0]) >= 4 and timed[0][-1] == 2
     assert timed[0].count(2) == 1
     assert choices == seen == {task: Choice((cands[0].factors, cands[1].factors),
                                             (3e-6, 1e-6), 1)}
-    again = choose_layouts(graph, {}, {}, {task: cands}, "llvm", known=choices)
+    again = choose_layouts(graph, {}, {}, {task: cands}, "llvm", known=choices,
+                           timer=fake_timer)
     assert again == choices and len(timed) == 1
     assert Choice.from_json(choices[task].to_json()) == choices[task]
 
 
-def test_a_best_layout_read_as_stored_is_kept_without_timing(monkeypatch):
+def test_a_best_layout_read_as_stored_is_kept_without_timing():
     """When the best layout needs no conversion there is nothing to weigh: no timing, no
     choice recorded."""
     graph, _ = _conv_chain()
     task, (untiled,) = _contenders(graph, tiled=False)
-    monkeypatch.setattr(in_network, "time_interleaved",
-                        lambda *a, **k: pytest.fail("timed"))
-    assert choose_layouts(graph, {}, {}, {task: [untiled, untiled]}, "llvm") == {}
+    assert choose_layouts(graph, {}, {}, {task: [untiled, untiled]}, "llvm",
+                          timer=lambda *a: pytest.fail("timed")) == {}
 
 
 def test_choosing_times_real_kernels():

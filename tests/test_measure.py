@@ -14,11 +14,9 @@ import tvm
 import yaml
 from pydantic import ValidationError
 from tvm import te
-from tvm.rpc.server import Server
-from tvm.rpc.tracker import Tracker
+from tvm.rpc.client import RPCSession
 from tvm.s_tir import Schedule
 from tvm.s_tir.meta_schedule.builder import BuilderInput
-from tvm.s_tir.meta_schedule.runner import RPCConfig
 from tvm.script import tirx as T
 
 from altenv.measure import (
@@ -237,25 +235,6 @@ def test_config_maps_a_yaml_section() -> None:
         create("gpu")  # type: ignore[arg-type]
 
 
-@pytest.fixture
-def loopback_rpc() -> Iterator[RPCSettings]:
-    tracker = Tracker(host="127.0.0.1", port=9190, port_end=9290, silent=True)
-    server = Server(host="127.0.0.1", port=9300, port_end=9400, key="altenv-test",
-                    tracker_addr=("127.0.0.1", tracker.port), silent=True)
-    settings = RPCSettings(tracker=f"127.0.0.1:{tracker.port}", key="altenv-test")
-    config = RPCConfig(tracker_host="127.0.0.1", tracker_port=tracker.port,
-                       tracker_key="altenv-test")
-    for _ in range(100):  # the server registers asynchronously
-        if config.count_num_servers() > 0:
-            break
-        time.sleep(0.1)
-    try:
-        yield settings
-    finally:
-        server.terminate()
-        tracker.terminate()
-
-
 @pytest.mark.slow
 def test_rpc_measurement_through_loopback_tracker(loopback_rpc: RPCSettings) -> None:
     config = MeasureConfig(**FAST, rpc=loopback_rpc, build_workers=1)
@@ -268,6 +247,28 @@ def test_rpc_measurement_through_loopback_tracker(loopback_rpc: RPCSettings) -> 
         )
     assert good.ok and len(good.latencies) == FAST["repeat"] and 0 < good.median < 1
     assert bad.error is not None and bad.error.startswith("wrong result")
+
+
+@pytest.mark.slow
+def test_rpc_measurer_times_kernel_chains_on_the_device(loopback_rpc: RPCSettings,
+                                                        monkeypatch) -> None:
+    """A network's in-network and read-through choices time chains of kernels where the
+    candidates were timed: each kernel uploaded to the device, under a name of its own."""
+    uploads: list[str] = []
+    upload = RPCSession.upload
+
+    def counted(self, data, target=None):
+        uploads.append(target)
+        return upload(self, data, target)
+
+    monkeypatch.setattr(RPCSession, "upload", counted)
+    config = MeasureConfig(**FAST, rpc=loopback_rpc, build_workers=1)
+    with create(config=config) as measurer:
+        small, large = matmul(16), matmul(64)
+        stats = measurer.chain_timer()({"small": [small], "both": [small, large]}, 2, 0)
+    assert len(uploads) == 3 and len(set(uploads)) == 3
+    assert all(len(s.samples) == 2 and 0 < s.median < 1 for s in stats.values())
+    assert stats["both"].median > stats["small"].median
 
 
 @pytest.mark.skipif(not tvm.cuda().exist, reason="needs a CUDA GPU")

@@ -169,3 +169,31 @@ def test_the_task_schedulers_trials_resume_after_a_kill(tmp_path):
     summary = json.loads((run / "summary.json").read_text())
     assert summary["resumed_records"] == 10
     assert summary["trials"] == 12 and list(summary["task_scheduler"].values()) == [3, 3]
+
+
+@pytest.mark.slow
+def test_a_model_run_on_an_rpc_device_decides_and_checks_there(tmp_path, tiny_model,
+                                                               loopback_rpc, monkeypatch):
+    """With ``measure.rpc`` the candidates, the in-network and read-through choices and the
+    final check and timing all run on the device behind the tracker (this process uploads
+    the network and TVM's untuned build there); PyTorch, which runs on this host only, is
+    left out of the timings."""
+    from tvm.rpc.client import RPCSession
+
+    uploads: list[str] = []
+    upload = RPCSession.upload
+    monkeypatch.setattr(RPCSession, "upload", lambda self, data, target=None: (
+        uploads.append(target), upload(self, data, target))[1])
+    config = tmp_path / "run.yaml"
+    config.write_text(f"name: tiny\nmodel: {tiny_model}\n"
+                      "budget: {joint: 4, loop_only: 4}\n"
+                      "search: {batch: 16, top_k: 2, in_network_slack: 100}\n"
+                      "measure: {number: 1, repeat: 2, min_repeat_ms: 5, "
+                      f"rpc: {{tracker: '{loopback_rpc.tracker}', key: {loopback_rpc.key}}}}}\n"
+                      f"{SMALL_SEARCH}")
+    assert main(["tune", str(config), "--output-dir", str(tmp_path), "--quiet"]) == 0
+    summary = json.loads((tmp_path / "tiny" / "summary.json").read_text())
+    assert summary["trials"] == 8 and summary["max_rel_err_vs_torch"] < 1e-4
+    assert summary["timed_on"] == "rpc device" and set(summary["speedup"]) == {"tvm-default"}
+    # the chains of the layout choices (one upload per kernel) and the two networks
+    assert len(uploads) >= 2 and len(set(uploads)) == len(uploads)

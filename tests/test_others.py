@@ -15,7 +15,6 @@ from tvm import te, tirx
 from altenv.baselines import network_baseline
 from altenv.graph import extract_tasks, load_model, max_rel_err, rel_err
 from altenv.graph.kernels import (
-    KernelChain,
     _instrumented_run,
     _is_kernel,
     kernel_calls,
@@ -25,6 +24,7 @@ from altenv.graph.network import build_network, build_plan, other_kernels, plan_
 from altenv.graph.regen import Regenerable
 from altenv.layout import Layout
 from altenv.measure import MeasureConfig
+from altenv.measure.chains import KernelChain
 from altenv.target import make_target
 from altenv.tuning.others import open_database, tune_others
 

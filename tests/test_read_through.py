@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import tvm
 
-from altenv.graph.kernels import kernel_module
 from altenv.graph.read_through import fastest_chain, staged_variants
 from altenv.layout import Layout
+from altenv.measure.chains import kernel_module
 from altenv.ops import generate
 from altenv.target import make_target
 from altenv.tuning import OpTask, freeze

@@ -142,9 +142,11 @@ def ray_cluster() -> Iterator[object]:
 
 @RAY
 @pytest.mark.slow
-def test_ray_measurer_builds_on_the_cluster_and_survives_a_removed_node(ray_cluster) -> None:
+def test_ray_measurer_builds_on_the_cluster_and_survives_a_removed_node(ray_cluster,
+                                                                       monkeypatch) -> None:
     import ray
 
+    from altenv.cluster import measurer as cluster_measurer
     from altenv.cluster.measurer import RayMeasurer
     from altenv.cluster.session import connect
     from altenv.cluster.settings import RaySettings
@@ -168,6 +170,11 @@ def test_ray_measurer_builds_on_the_cluster_and_survives_a_removed_node(ray_clus
         assert warm[1].error.startswith("wrong result")
         nodes = {ray.get(d.node.remote()) for d in measurer.fleet.devices}
         assert len(nodes) == 3  # one device actor on each raylet
+        # kernel chains (the in-network choices) are timed by a device actor, not here
+        monkeypatch.setattr(cluster_measurer, "time_chains", lambda *a: pytest.fail("here"))
+        chains = measurer.chain_timer()({"small": [matmul(16)],
+                                         "both": [matmul(16), matmul(64)]}, 2, 0)
+        assert chains["both"].median > chains["small"].median > 0
         driver = ray.get_runtime_context().get_node_id()
         victim = next(n for n in ray_cluster.worker_nodes if n.node_id != driver)
         ray_cluster.remove_node(victim)  # its device dies with it

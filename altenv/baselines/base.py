@@ -73,8 +73,8 @@ class Baseline:
     notes : str
         Which path produced it (e.g. the TVM pipeline used).
     worker : BlockTimer | None
-        Set when the program runs in a worker process that times its own blocks
-        (:class:`~altenv.baselines.isolated.IsolatedRun`).
+        Set when the program runs elsewhere and times its own blocks: in a worker process
+        (:class:`~altenv.baselines.isolated.IsolatedRun`) or on a remote device.
     kernels : KernelSource | None
         For a Relax VM program: what :func:`~altenv.graph.kernels.profile_kernels` times.
     """

@@ -11,6 +11,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -26,9 +27,10 @@ from ..graph.build import with_func
 from ..graph.kernels import KernelSource, kernel_calls, kind_of
 from ..graph.network import NetworkBuild
 from ..measure import MeasureConfig
+from ..measure.chains import upload
 from ..measure.check import WrongResultError, max_relative_error
 from ..measure.metaschedule import metaschedule_session
-from ..target import make_target, target_cores, use_tvm_threads
+from ..target import make_target, remote_device, target_cores, use_tvm_threads
 from .base import (
     Baseline,
     NoValidMeasurementsError,
@@ -56,20 +58,47 @@ def _flatten(value: object) -> list[np.ndarray]:
     return [x for item in value for x in _flatten(item)]  # type: ignore[attr-defined]
 
 
+class _DeviceTimer:
+    """A block timer (:class:`~altenv.measure.timing.BlockTimer`) of a VM's ``main`` on a
+    remote device, its arguments set there (``set_input``, which works over RPC where a
+    returned tuple does not): the device's own evaluator times each block, as it times
+    candidates."""
+
+    def __init__(self, vm: relax.VirtualMachine, dev: tvm.runtime.Device) -> None:
+        self.vm, self.dev = vm, dev
+
+    def block(self, inner: int) -> float:
+        """Seconds per call over ``inner`` back-to-back calls on the device."""
+        timer = self.vm.time_evaluator("invoke_stateful", self.dev, number=inner, repeat=1)
+        return float(timer("main").mean)
+
+
 def _vm_baseline(name: str, executable: tvm.runtime.Executable, target: tvm.target.Target,
                  inputs: Sequence[np.ndarray], weights: list[tvm.runtime.Tensor], notes: str,
                  tuning: TuningSummary | None = None, prepacked: bool = False,
-                 kernels: KernelSource | None = None) -> Baseline:
+                 kernels: KernelSource | None = None, session: Any = None) -> Baseline:
     """A Relax VM program as a :class:`Baseline`, TVM's thread pool set to the target's
     cores (TVM's own default is half the hardware threads: one on a 2-vCPU machine). Its
     ``kernels`` are given the VM and ``main``'s arguments (the per-kernel profile times
-    them inside the network too)."""
-    use_tvm_threads(target_cores(target))
-    dev = tvm.cpu(0)
-    vm = relax.VirtualMachine(executable, dev)
+    them inside the network too). With ``session`` (a TVM RPC session) the program runs on
+    that session's device: uploaded, its arguments copied there, each timed block run by
+    the device's evaluator; no per-kernel profile."""
+    if session is None:
+        use_tvm_threads(target_cores(target))
+        dev = tvm.cpu(0)
+        vm = relax.VirtualMachine(executable, dev)
+    else:
+        dev = remote_device(session, target)
+        vm = relax.VirtualMachine(upload(session, executable.mod), dev)
+        weights = [tvm.runtime.tensor(w.numpy(), dev) for w in weights]
     if prepacked:  # the weight layout rewrite runs once, outside the timed function
         weights = list(vm["main_transform_params"](weights))
     args = [tvm.runtime.tensor(np.ascontiguousarray(x), dev) for x in inputs] + weights
+    if session is not None:
+        vm.set_input("main", *args)
+        return Baseline(name, functools.partial(vm.invoke_stateful, "main"),
+                        lambda: _flatten(vm.get_outputs("main")), tuning=tuning, notes=notes,
+                        worker=_DeviceTimer(vm, dev))
     main = vm["main"]
     result: list[object] = []
 
@@ -99,11 +128,12 @@ def untuned_relax_baseline(
     inputs: Sequence[np.ndarray],
     *,
     target: TargetSpec = None,
+    session: Any = None,
 ) -> Baseline:
     """``mod`` built by TVM's default CPU Relax pipeline (dispatch, legalize, fuse, lower)
     with dlight's CPU reduction rule (:func:`.base.untuned_rules`) applied to the fused
     functions: the best schedule TVM offers without tuning. Complex operators stay naive
-    serial loop nests."""
+    serial loop nests. With ``session`` it runs on that RPC session's device."""
     tgt = make_target(target)
     if tgt.kind.name != "llvm":
         raise ValueError(f"untuned Relax baseline: CPU (llvm) targets only, got {tgt.kind.name}")
@@ -113,7 +143,8 @@ def untuned_relax_baseline(
     with tgt:
         executable = tvm.compile(mod, tgt, relax_pipeline=tvm.transform.Sequential(passes))
     return _vm_baseline("tvm-default", executable, tgt, inputs, _weight_tensors(mod, params),
-                        "default CPU Relax pipeline + dlight CPU reduction rule")
+                        "default CPU Relax pipeline + dlight CPU reduction rule",
+                        session=session)
 
 
 def _fused_for_tuning(mod: tvm.IRModule, target: tvm.target.Target,
@@ -264,12 +295,14 @@ def _checked_build(fused: tvm.IRModule, applied: tvm.IRModule, target: tvm.targe
 
 
 def network_baseline(name: str, network: NetworkBuild, inputs: Sequence[np.ndarray],
-                     notes: str = "") -> Baseline:
+                     notes: str = "", session: Any = None) -> Baseline:
     """A layout-transformed network (``altenv.graph.network.build_network``) as a
-    :class:`Baseline`; its weights are already in their physical layouts."""
+    :class:`Baseline`; its weights are already in their physical layouts. With ``session``
+    it runs on that RPC session's device."""
     weights = [tvm.runtime.tensor(p, tvm.cpu(0)) for p in network.params]
     return _vm_baseline(name, network.built.executable, network.target, inputs, weights, notes,
-                        kernels=KernelSource(network.mod, network.target, network.kinds))
+                        kernels=KernelSource(network.mod, network.target, network.kinds),
+                        session=session)
 
 
 def _torch_module_setup(module: torch.nn.Module, inputs: list[np.ndarray]

@@ -27,9 +27,11 @@ from tvm.target import Target
 
 from ..measure import MeasureConfig, MeasureResult
 from ..measure.builder import build_and_export
+from ..measure.chains import ChainTimer, time_chains
 from ..measure.check import CheckedEvaluator
 from ..measure.fleet import DeviceLost
 from ..measure.measurer import FleetMeasurer, time_artifact
+from ..measure.timing import TimingStats
 from ..target import target_cores, use_tvm_threads
 from .settings import RaySettings
 
@@ -106,7 +108,7 @@ class Device:
     ``LocalRunner`` (its worker process is killed and restarted on a crash or timeout)."""
 
     def __init__(self, timeout_sec: float, target: dict[str, Any]) -> None:
-        target = Target(target)
+        target = self.target = Target(target)
         if str(target.kind.name) in ("llvm", "c"):
             use_tvm_threads(target_cores(target))
         self.runner = LocalRunner(timeout_sec=timeout_sec)
@@ -133,6 +135,13 @@ class Device:
             evaluator = CheckedEvaluator(self.checks[name], rtol, rpc=False)
         return time_artifact(self.runner, device, [ArgInfo.from_json(a) for a in args_info],
                              path, EvaluatorConfig(**timing), evaluator)
+
+    def time_chains(self, chains: dict[Any, list[str]], rounds: int, seed: int
+                    ) -> dict[Any, TimingStats]:
+        """Chains of kernels (TVM JSON of PrimFuncs) timed on this device
+        (:func:`~altenv.measure.chains.time_chains`)."""
+        return time_chains({key: [tvm.ir.load_json(f) for f in funcs]
+                            for key, funcs in chains.items()}, self.target, rounds, seed)
 
 
 class RayMeasurer(FleetMeasurer):
@@ -161,6 +170,26 @@ class RayMeasurer(FleetMeasurer):
 
     def _make_runner(self) -> Any:
         return self._actor.remote(self.config.run_timeout, self.target.export())
+
+    def chain_timer(self) -> ChainTimer:
+        """Chains timed by an idle device actor (another one if it dies)."""
+
+        def on(actor: Any, chains: dict[Any, list[str]], rounds: int, seed: int
+               ) -> dict[Any, TimingStats]:
+            try:
+                return ray.get(actor.time_chains.remote(chains, rounds, seed),
+                               timeout=self.config.run_timeout * (len(chains) + 1)
+                               + BUILD_START_SECONDS)
+            except RayActorError as err:
+                raise DeviceLost(f"Ray device actor died: {err.__class__.__name__}") from None
+            except GetTimeoutError:
+                raise DeviceLost("Ray device actor silent while timing chains") from None
+
+        def timer(chains, rounds: int, seed: int) -> dict[Any, TimingStats]:
+            texts = {key: [tvm.ir.save_json(f) for f in funcs] for key, funcs in chains.items()}
+            return self.fleet.call(lambda actor: on(actor, texts, rounds, seed))
+
+        return timer
 
     def devices(self) -> int:
         """Units of the device resource the cluster's live nodes offer."""

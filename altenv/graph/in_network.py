@@ -29,11 +29,10 @@ from typing import Any
 import tvm
 import tvm_ffi
 
-from altenv.graph.kernels import KernelChain
 from altenv.graph.network import Scheduled, call_options, plan_network
 from altenv.graph.tasks import TaskGraph
-from altenv.measure.timing import time_interleaved
-from altenv.target import make_target, target_cores, use_tvm_threads
+from altenv.measure.chains import ChainTimer, local_timer
+from altenv.target import make_target
 
 
 @dataclass(frozen=True)
@@ -97,13 +96,17 @@ def choose_layouts(graph: TaskGraph, factors: Mapping[str, Mapping[str, int]],
                    target: str | dict | tvm.target.Target | None = None,
                    known: Mapping[str, Choice] | None = None,
                    on_choice: Callable[[str, Choice], None] | None = None,
-                   rounds: int = 7, seed: int = 0) -> dict[str, Choice]:
+                   rounds: int = 7, seed: int = 0,
+                   timer: ChainTimer | None = None) -> dict[str, Choice]:
     """Choose, for each task of ``options`` with more than one contender (in graph order),
     the contender fastest in the network, the tasks before it on their chosen layouts
     (``factors``, ``schedules``: every task's tuned best; the others keep theirs). A task in
     ``known`` with the same contenders keeps its recorded choice (a resumed run);
-    ``on_choice`` is called with every new one. Returns the choices made by timing."""
+    ``on_choice`` is called with every new one. The chains are timed by ``timer`` (the
+    measuring device's, :meth:`altenv.measure.Measurer.chain_timer`; this host's by
+    default). Returns the choices made by timing."""
     tgt = make_target(target)
+    timer = timer or local_timer(tgt)
     factors, schedules = dict(factors), dict(schedules)
     choices: dict[str, Choice] = {}
     for task, cands in options.items():
@@ -111,7 +114,7 @@ def choose_layouts(graph: TaskGraph, factors: Mapping[str, Mapping[str, int]],
             continue
         choice = (known or {}).get(task)
         if choice is None or list(choice.factors) != [dict(c.factors) for c in cands]:
-            choice = _time(graph, factors, schedules, task, cands, tgt, rounds, seed)
+            choice = _time(graph, factors, schedules, task, cands, tgt, timer, rounds, seed)
             if choice is None:
                 continue
             if on_choice is not None:
@@ -124,7 +127,8 @@ def choose_layouts(graph: TaskGraph, factors: Mapping[str, Mapping[str, int]],
 
 def _time(graph: TaskGraph, factors: dict[str, Mapping[str, int]],
           schedules: dict[str, Scheduled], task: str, cands: Sequence[Contender],
-          target: tvm.target.Target, rounds: int, seed: int) -> Choice | None:
+          target: tvm.target.Target, timer: ChainTimer, rounds: int, seed: int
+          ) -> Choice | None:
     """Time every contender of ``task`` in the network; ``None`` when the first reads its
     operands as they are stored (nothing to weigh against its lead)."""
     ways: list[list[list[str]]] = []  # contender -> call -> its options' chain keys
@@ -143,10 +147,7 @@ def _time(graph: TaskGraph, factors: dict[str, Mapping[str, int]],
         ways.append(per_call)
     if all(len(keys) == 1 and len(chains[keys[0]]) == 1 for keys in ways[0]):
         return None
-    use_tvm_threads(target_cores(target))
-    stats = time_interleaved({key: KernelChain(chain, target, seed)
-                              for key, chain in chains.items()},
-                             rounds=rounds, min_block_seconds=0.005, cooldown_seconds=0.002)
+    stats = timer(chains, rounds, seed)
     seconds = tuple(sum(min(stats[key].median for key in keys) for keys in per_call)
                     for per_call in ways)
     chosen = min(range(len(cands)), key=seconds.__getitem__)

@@ -1,11 +1,9 @@
-"""Single PrimFuncs timed alone and inside their network: the read-through choice and the
-per-kernel profile.
+"""Every kernel of a compiled network timed alone and inside the network: the per-kernel
+profile.
 
-:class:`KernelChain` compiles PrimFuncs one by one for a target and times them back to back
-on random inputs with TVM's own evaluator (no Python overhead per call).
-:func:`profile_kernels` uses it on every PrimFunc the ``main`` of one or more compiled
-programs calls: each kernel's time per call, interleaved with all the others over rounds,
-times its number of calls. The sum
+:func:`profile_kernels` times every PrimFunc the ``main`` of one or more compiled programs
+calls, each compiled alone (:class:`~altenv.measure.chains.KernelChain`): its time per
+call, interleaved with all the others over rounds, times its number of calls. The sum
 leaves out what the VM does between kernels (allocation, views, argument checks), so it
 comes out below the network's latency; the difference is reported as such, not spread over
 the kernels.
@@ -30,66 +28,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import tvm
 import tvm.ir.expr as ire
 from tvm import relax, tirx
 
 from altenv.graph.ops_match import analyze_func
+from altenv.measure.chains import KernelChain
 from altenv.measure.timing import time_interleaved
-from altenv.target import device_of, target_cores, use_tvm_threads
+from altenv.target import target_cores, use_tvm_threads
 
 CALL_TIR = "relax.call_tir"
-
-
-def kernel_module(func: tirx.PrimFunc) -> tvm.IRModule:
-    """A PrimFunc alone in a module, as ``main``: how a kernel is compiled by itself (and
-    tuned and looked up by MetaSchedule, :mod:`altenv.tuning.others`)."""
-    return tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
-
-
-def random_values(func: tirx.PrimFunc, rng: np.random.Generator) -> list[np.ndarray]:
-    """One uniform [-1, 1) array per parameter of ``func`` in its shape and dtype (integer
-    buffers hold zeros: valid indices)."""
-    return [rng.uniform(-1, 1, [int(d) for d in p.shape]).astype(str(p.dtype))
-            for p in func.params]
-
-
-class KernelChain:
-    """A block timer (:class:`altenv.measure.timing.BlockTimer`) for PrimFuncs run one
-    after another on random inputs, each compiled alone for ``target``.
-
-    With ``cold`` (a CPU target), every call finds all its arguments but the first (the data,
-    which its producer has just written) flushed from the CPU caches, as kernels run inside
-    a network and as a network run's candidates are measured
-    (``measure.enable_cpu_cache_flush``); warm, a kernel run again and again keeps its
-    weights in the caches, which hides what reading them costs in the network."""
-
-    def __init__(self, funcs: Sequence[tirx.PrimFunc], target: tvm.target.Target, seed: int,
-                 cold: bool = False):
-        if cold and target.kind.name != "llvm":
-            raise ValueError(f"KernelChain: cold timing flushes CPU caches; target is "
-                             f"{target.kind.name}")
-        rng = np.random.default_rng(seed)
-        dev = device_of(target)
-        self.cold = cold
-        self.steps = []
-        for func in funcs:
-            lib = tvm.compile(kernel_module(func), target=target)
-            args = [tvm.runtime.tensor(v, dev) for v in random_values(func, rng)]
-            self.steps.append((lib.mod, dev, args))
-
-    def block(self, inner: int) -> float:
-        """Seconds for one pass over the chain, averaged over ``inner`` passes."""
-        total = 0.0
-        for mod, dev, args in self.steps:
-            if self.cold:
-                timer = mod.time_evaluator("main", dev, number=1, repeat=inner,
-                                           f_preproc="cache_flush_cpu_non_first_arg")
-            else:
-                timer = mod.time_evaluator("main", dev, number=inner, repeat=1)
-            total += timer(*args).mean
-        return total
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,7 @@ from altenv.graph.tasks import TaskGraph
 from altenv.graph.tuned_kernel import tuned_kernel
 from altenv.layout import Layout
 from altenv.layout.convert import conversion_func
+from altenv.measure.chains import ChainTimer
 from altenv.ops.codegen import bias_layout
 from altenv.target import make_target, target_cores
 
@@ -342,7 +343,8 @@ def build_network(graph: TaskGraph, factors: Mapping[str, Mapping[str, int]] | N
                   target: str | dict | tvm.target.Target | None = None,
                   read_through: ReadThrough = None,
                   others: Database | None = None,
-                  fast_math: Collection[str] = ()) -> NetworkBuild:
+                  fast_math: Collection[str] = (),
+                  timer: ChainTimer | None = None) -> NetworkBuild:
     """Compile ``graph`` with the template ``factors`` of each complex task (default: untiled)
     and ``schedules`` of their layout-transformed programs (:meth:`NetworkPlan.program`;
     default schedules otherwise). The other kernels MetaSchedule tunes (:func:`other_kernels`)
@@ -354,21 +356,25 @@ def build_network(graph: TaskGraph, factors: Mapping[str, Mapping[str, int]] | N
     ``read_through`` picks the complex calls that read their data operand in the layout it
     is stored in instead of converting it first, and how (:data:`ReadThrough`, see
     :mod:`altenv.graph.read_through`), where a conversion would run and the task's schedule
-    replays on the variant; ``"measure"`` times the ways for each such call and keeps the
-    fastest. :attr:`NetworkBuild.reads_through` holds the calls that do, and how."""
+    replays on the variant; ``"measure"`` times the ways for each such call with ``timer``
+    (the measuring device's, :meth:`altenv.measure.Measurer.chain_timer`; this host's by
+    default) and keeps the fastest. :attr:`NetworkBuild.reads_through` holds the calls that
+    do, and how."""
     plan = plan_network(graph, factors)
-    return build_plan(plan, schedules, target, read_through, others, fast_math)
+    return build_plan(plan, schedules, target, read_through, others, fast_math, timer)
 
 
 def build_plan(plan: NetworkPlan, schedules: Mapping[str, Scheduled] | None = None,
                target: str | dict | tvm.target.Target | None = None,
                read_through: ReadThrough = None,
                others: Database | None = None,
-               fast_math: Collection[str] = ()) -> NetworkBuild:
+               fast_math: Collection[str] = (),
+               timer: ChainTimer | None = None) -> NetworkBuild:
     """Rewrite ``main`` from ``plan`` and compile it (``read_through``, ``others``,
-    ``fast_math``: see :func:`build_network`)."""
+    ``fast_math``, ``timer``: see :func:`build_network`)."""
     tgt = make_target(target)
-    rewriter = _Rewriter(plan, dict(schedules or {}), tgt, read_through, others, fast_math)
+    rewriter = _Rewriter(plan, dict(schedules or {}), tgt, read_through, others, fast_math,
+                         timer)
     mod = rewriter.run()
     built = compile_module(mod, tgt, rewriter.scheduled)
     return NetworkBuild(plan, mod, built, rewriter.param_names, rewriter.param_values,
@@ -379,16 +385,17 @@ def build_plan(plan: NetworkPlan, schedules: Mapping[str, Scheduled] | None = No
 
 def other_kernels(plan: NetworkPlan, schedules: Mapping[str, Scheduled] | None = None,
                   target: str | dict | tvm.target.Target | None = None,
-                  read_through: ReadThrough = None, fast_math: Collection[str] = ()
+                  read_through: ReadThrough = None, fast_math: Collection[str] = (),
+                  timer: ChainTimer | None = None
                   ) -> tuple[dict[str, tuple[tirx.PrimFunc, int]], dict[int, int]]:
     """The kernels of the network :func:`build_plan` would compile that the layout search
     does not tune and MetaSchedule does (the tasks kept as the frontend fused them; on a
     CPU the build schedules the functions it generates itself): name -> (unscheduled
     PrimFunc, calls in ``main``); and the calls that read through, and how (``"measure"``
-    decides them here, so a later build can be given them).
+    decides them here, with ``timer``, so a later build can be given them).
     Nothing is compiled but what ``"measure"`` times."""
     rewriter = _Rewriter(plan, dict(schedules or {}), make_target(target), read_through,
-                         fast_math=fast_math)
+                         fast_math=fast_math, timer=timer)
     calls = kernel_calls(rewriter.run())
     kernels = {name: (func, calls[name]) for name, func in rewriter.other_kernels.items()
                if calls[name]}
@@ -415,8 +422,10 @@ class _Rewriter:
 
     def __init__(self, plan: NetworkPlan, schedules: dict[str, Scheduled],
                  target: tvm.target.Target, read_through: ReadThrough = None,
-                 others: Database | None = None, fast_math: Collection[str] = ()) -> None:
+                 others: Database | None = None, fast_math: Collection[str] = (),
+                 timer: ChainTimer | None = None) -> None:
         self.plan = plan
+        self.timer = timer
         self.fast_math = tuple(fast_math)
         self.schedules = schedules
         self.target = target
@@ -717,7 +726,7 @@ class _Rewriter:
         if key not in self.measured:
             options = self._read_options(index, layouts, storage, want)
             best, medians = fastest_chain({name: chain for name, (_, chain) in options.items()},
-                                          self.target)
+                                          self.target, timer=self.timer)
             log.info("call %d (%s): %s", index, task, ", ".join(
                 f"{name} {seconds * 1e6:.1f} us" for name, seconds in medians.items()))
             self.measured[key] = options[best][0]

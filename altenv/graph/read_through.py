@@ -34,12 +34,11 @@ from tvm import s_tir, tirx
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.builder import BuilderInput
 
-from altenv.graph.kernels import KernelChain, kernel_module
 from altenv.measure.builder import PersistentBuilder
+from altenv.measure.chains import ChainTimer, kernel_module, local_timer
 from altenv.measure.config import DEFAULT_PRELOAD
-from altenv.measure.timing import time_interleaved
 from altenv.space.intrin import tune_context_intrins
-from altenv.target import target_cores, use_tvm_threads
+from altenv.target import target_cores
 
 log = logging.getLogger(__name__)
 
@@ -134,12 +133,11 @@ def builds_in_time(funcs: Sequence[tirx.PrimFunc], target: tvm.target.Target) ->
 
 
 def fastest_chain(chains: Mapping[str, Sequence[tirx.PrimFunc]],
-                  target: tvm.target.Target, rounds: int = 5) -> tuple[str, dict[str, float]]:
+                  target: tvm.target.Target, rounds: int = 5,
+                  timer: ChainTimer | None = None) -> tuple[str, dict[str, float]]:
     """The key of the fastest of ``chains`` (kernels run one after another, each compiled
-    alone), timed interleaved on ``target``; also every chain's median seconds."""
-    use_tvm_threads(target_cores(target))
-    stats = time_interleaved({key: KernelChain(list(chain), target, 0)
-                              for key, chain in chains.items()},
-                             rounds=rounds, min_block_seconds=0.005, cooldown_seconds=0.002)
+    alone), timed interleaved by ``timer`` (the measuring device's; this host's for
+    ``target`` by default); also every chain's median seconds."""
+    stats = (timer or local_timer(target))(chains, rounds, 0)
     medians = {key: stats[key].median for key in chains}
     return min(medians, key=medians.__getitem__), medians

@@ -15,7 +15,7 @@ import tvm
 from tvm import tirx
 from tvm.s_tir import meta_schedule as ms
 
-from altenv.graph.kernels import kernel_module, random_values
+from altenv.measure.chains import kernel_module, random_values
 from altenv.measure.check import max_relative_error
 from altenv.target import device_of
 
@@ -41,7 +41,7 @@ def tuned_kernel(database: ms.database.Database, func: tirx.PrimFunc,
 def _difference(reference: tirx.PrimFunc, candidate: tirx.PrimFunc,
                 target: tvm.target.Target) -> float:
     """Largest relative error between the buffers of the two kernels after running both on
-    the same random inputs (:func:`~altenv.graph.kernels.random_values`)."""
+    the same random inputs (:func:`~altenv.measure.chains.random_values`)."""
     dev = device_of(target)
     values = random_values(reference, np.random.default_rng(0))
     results = []

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import os
 
 from pydantic import Field, field_validator
+from tvm.s_tir.meta_schedule.runner import RPCConfig
 
 from ..strict import Strict
 
@@ -53,6 +55,12 @@ class RPCSettings(Strict):
     def port(self) -> int:
         """Tracker port."""
         return int(self.tracker.rpartition(":")[2])
+
+    def session_config(self, timeout: float) -> RPCConfig:
+        """MetaSchedule's ``RPCConfig`` of a session on one of the devices, which the server
+        ends after ``timeout`` seconds."""
+        return RPCConfig(tracker_host=self.host, tracker_port=self.port, tracker_key=self.key,
+                         session_priority=self.priority, session_timeout_sec=math.ceil(timeout))
 
 
 class MeasureConfig(Strict):

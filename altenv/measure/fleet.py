@@ -14,13 +14,19 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 from .result import MeasureResult
+
+T = TypeVar("T")
 
 
 class DeviceLost(RuntimeError):
     """The device stopped answering (its job was not measured)."""
+
+
+class NoDevice(RuntimeError):
+    """No device is left to do a job."""
 
 
 class Fleet:
@@ -66,21 +72,29 @@ class Fleet:
                 self._idle.append(device)
             self._changed.notify_all()
 
-    def measure_one(self, job: Any) -> MeasureResult:
-        """Measure one job on the next idle device (another one if that device drops)."""
+    def call(self, work: Callable[[Any], T]) -> T:
+        """``work(device)`` on the next idle device (another one if that device drops);
+        raises :class:`NoDevice` when none is left or the work lost every device it got."""
         for _ in range(self.requeues + 1):
             device = self._take()
             if device is None:
-                return MeasureResult(error="no measuring device left")
+                raise NoDevice("no measuring device left")
             try:
-                result = self.run(device, job)
+                result = work(device)
             except DeviceLost as err:
                 self._give_back(device, lost=True)
                 reason = str(err)
                 continue
             self._give_back(device, lost=False)
             return result
-        return MeasureResult(error=f"device lost: {reason}")
+        raise NoDevice(f"device lost: {reason}")
+
+    def measure_one(self, job: Any) -> MeasureResult:
+        """Measure one job on the next idle device (another one if that device drops)."""
+        try:
+            return self.call(lambda device: self.run(device, job))
+        except NoDevice as err:
+            return MeasureResult(error=str(err))
 
     def measure(self, jobs: Sequence[Any]) -> list[MeasureResult]:
         """One result per job, in order, measured on as many devices at once as are idle."""

@@ -5,7 +5,6 @@ own candidate; a batch never stops early."""
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import shutil
@@ -23,17 +22,17 @@ from tvm.s_tir.meta_schedule.builder import BuilderInput
 from tvm.s_tir.meta_schedule.runner import (
     EvaluatorConfig,
     LocalRunner,
-    RPCConfig,
     RPCRunner,
     Runner,
     RunnerInput,
 )
 from tvm.target import Target
 
-from ..target import make_target, target_cores, use_tvm_threads
+from ..target import device_type, make_target, target_cores, use_tvm_threads
 from .builder import PersistentBuilder
+from .chains import ChainTimer, local_timer, time_chains
 from .check import CheckedEvaluator
-from .config import MeasureConfig
+from .config import MeasureConfig, RPCSettings
 from .fleet import DeviceLost, Fleet
 from .result import MeasureCandidate, MeasureResult
 from .signals import shielded_pool, sigint_blocked
@@ -42,12 +41,6 @@ _DROPPED = re.compile(r"RPCCode::kReturn|connection (reset|refused|closed)|broke
                       r"socket error|cannot connect", re.IGNORECASE)
 """Errors of an RPC session whose device went away (the candidate was not timed)."""
 _WRONG_RESULT = re.compile(r"WrongResultError: (wrong result \(max rel err [^)]*\))")
-
-
-def device_type(target: Target) -> str:
-    """Runtime device name of a target kind (``llvm`` runs on ``cpu``)."""
-    kind = str(target.kind.name)
-    return "cpu" if kind in ("llvm", "c") else kind
 
 
 def time_artifact(runner: Runner, device: str, args_info: list[ArgInfo], artifact: str,
@@ -117,6 +110,16 @@ class Measurer(ABC):
     @abstractmethod
     def _make_runner(self) -> Any:
         """What this measurer times with (a MetaSchedule runner, a device actor)."""
+
+    def chain_timer(self) -> ChainTimer:
+        """How a network's stages after tuning (the in-network and read-through choices)
+        time chains of kernels: on the device this measurer times candidates on."""
+        return local_timer(self.target)
+
+    def device_session(self) -> Any:
+        """A TVM RPC session on the device this measurer times candidates on, for a
+        network's final check and timing; ``None`` when that device is this host's."""
+        return None
 
     def measure(self, candidates: Sequence[MeasureCandidate]) -> list[MeasureResult]:
         """Build all candidates in parallel, then run them one by one; one result each."""
@@ -261,25 +264,38 @@ class RPCMeasurer(FleetMeasurer):
 
     rpc: ClassVar[bool] = True
 
-    def _make_runner(self) -> Runner:
-        settings = self.config.rpc
-        if settings is None:
+    def _settings(self) -> RPCSettings:
+        if self.config.rpc is None:
             raise ValueError("RPC measurement needs measure.rpc: {tracker: 'host:port', key: ...}")
-        runner = RPCRunner(
-            rpc_config=RPCConfig(
-                tracker_host=settings.host,
-                tracker_port=settings.port,
-                tracker_key=settings.key,
-                session_priority=settings.priority,
-                session_timeout_sec=math.ceil(self.config.run_timeout),
-            ),
-            evaluator_config=self.evaluator_config,
-        )
+        return self.config.rpc
+
+    def _make_runner(self) -> Runner:
+        runner = RPCRunner(rpc_config=self._settings().session_config(self.config.run_timeout),
+                           evaluator_config=self.evaluator_config)
         # the client-side timeout: MetaSchedule's pool kills a worker stuck past it
         runner.pool.shutdown(wait=True)
         runner.pool = shielded_pool(
-            max_workers=1, timeout=self.config.run_timeout + settings.connect_timeout)
+            max_workers=1, timeout=self.config.run_timeout + self.config.rpc.connect_timeout)
         return runner
+
+    def chain_timer(self) -> ChainTimer:
+        """Chains timed on one device behind the tracker key, a session per call (the
+        tracker hands it out when no candidate is on it), which may last ``run_timeout``
+        seconds per chain."""
+
+        def timer(chains, rounds: int, seed: int):
+            session = self._session(self.config.run_timeout * (len(chains) + 1))
+            return time_chains(chains, self.target, rounds, seed, session)
+
+        return timer
+
+    def device_session(self) -> Any:
+        """A session on one device behind the tracker key, which may last ten times
+        ``run_timeout``."""
+        return self._session(10 * self.config.run_timeout)
+
+    def _session(self, seconds: float) -> Any:
+        return self._settings().session_config(seconds).connect_server()
 
     def devices(self) -> int:
         """The servers registered at the tracker under the key (``rpc.max_workers``, when

@@ -13,7 +13,7 @@ import contextlib
 import logging
 from collections.abc import Iterator
 
-from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, LocalRunner
+from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, LocalRunner, RPCRunner, Runner
 from tvm.target import Target
 
 from ..space.intrin import tune_context_intrins
@@ -41,12 +41,13 @@ def _unnamed_log_handlers_detached(name: str = "tvm.s_tir.meta_schedule") -> Ite
 
 @contextlib.contextmanager
 def metaschedule_session(
-    config: MeasureConfig, target: Target
-) -> Iterator[tuple[PersistentBuilder, LocalRunner]]:
+    config: MeasureConfig, target: Target, remote: bool = False
+) -> Iterator[tuple[PersistentBuilder, Runner]]:
     """Everything a MetaSchedule tuning call needs here: only ``target``'s tensor intrinsics
     registered (see :mod:`altenv.space.intrin`), a persistent-worker builder and a
     ``LocalRunner`` with ``config``'s settings whose workers run ``target_cores(target)``
-    TVM threads. Workers are shut down on exit."""
+    TVM threads; with ``remote`` and ``config.rpc``, an ``RPCRunner`` on the devices behind
+    the tracker key instead. Workers are shut down on exit."""
     use_tvm_threads(target_cores(target))
     builder = PersistentBuilder(
         max_workers=config.build_workers,
@@ -54,16 +55,15 @@ def metaschedule_session(
         preload=config.builder_preload,
         max_process_uses=config.builder_max_uses,
     )
+    timing = EvaluatorConfig(number=config.number, repeat=config.repeat,
+                             min_repeat_ms=config.min_repeat_ms,
+                             enable_cpu_cache_flush=config.enable_cpu_cache_flush)
     with sigint_blocked():  # its worker starts now; Ctrl-C is for this process
-        runner = LocalRunner(
-            timeout_sec=config.run_timeout,
-            evaluator_config=EvaluatorConfig(
-                number=config.number,
-                repeat=config.repeat,
-                min_repeat_ms=config.min_repeat_ms,
-                enable_cpu_cache_flush=config.enable_cpu_cache_flush,
-            ),
-        )
+        if remote and config.rpc is not None:
+            runner = RPCRunner(config.rpc.session_config(config.run_timeout), timing,
+                               max_workers=config.rpc.max_workers)
+        else:
+            runner = LocalRunner(timeout_sec=config.run_timeout, evaluator_config=timing)
     try:
         with tune_context_intrins(target), _unnamed_log_handlers_detached():
             yield builder, runner

@@ -9,13 +9,14 @@
 3. :func:`hand_out_reserved`: the trials held back, a batch at a time, to the task the
    task scheduler picks (:mod:`altenv.tuning.scheduler`);
 4. :func:`choose_in_network`: each task's fastest layouts re-timed with the conversions the
-   network runs before them (:mod:`altenv.graph.in_network`);
+   network runs before them (:mod:`altenv.graph.in_network`), on the device that measured
+   (:meth:`~altenv.measure.Measurer.chain_timer`), as are the read-through choices of 5-6;
 5. :func:`tune_other_kernels`: MetaSchedule on the kernels the layout search does not
    cover (:mod:`altenv.tuning.others`);
 6. :func:`build`: the network with the chosen layouts (propagated, ALT Alg. 1) and
    schedules, and ``best.json``;
 7. :func:`verify`: the network checked against the source framework and timed against
-   TVM's untuned build and PyTorch (``summary.json``).
+   TVM's untuned build and PyTorch (``summary.json``), on the device that measured.
 
 Every stage resumes from what the run directory holds, so a killed run goes on where it
 stopped without measuring a candidate twice.
@@ -47,6 +48,7 @@ from ..graph.in_network import Choice, Contender, choose_layouts, contenders
 from ..graph.lowering import ComplexLowering
 from ..graph.network import NetworkBuild, NetworkPlan, build_plan, other_kernels, plan_network
 from ..measure import Measurer
+from ..measure.chains import ChainTimer
 from ..measure.measurer import FleetMeasurer
 from ..measure.timing import summaries
 from ..records import RecordDB
@@ -103,6 +105,8 @@ class ModelRun:
     trials: int = 0
     handed: dict[str, int] = field(default_factory=dict)
     """The reserved trials each task got."""
+    timer: ChainTimer | None = None
+    """How the in-network and read-through choices time kernels: on the measurer's device."""
     plan: NetworkPlan | None = None
     read_through: Any = "measure"
     network: NetworkBuild | None = None
@@ -348,7 +352,7 @@ def choose_in_network(run: ModelRun) -> None:
               f"{len(choice.seconds)})")
 
     choices = choose_layouts(run.graph, run.factors, run.schedules, options, cfg.target,
-                             known, save, seed=cfg.seed)
+                             known, save, seed=cfg.seed, timer=run.timer)
     for name, choice in choices.items():
         if choice.chosen:
             kept: Contender = options[name][choice.chosen]
@@ -365,7 +369,7 @@ def tune_other_kernels(run: ModelRun) -> None:
     run.plan = plan_network(run.graph, run.factors)
     if cfg.budget.others:
         kernels, run.read_through = other_kernels(run.plan, run.schedules, cfg.target,
-                                                  run.read_through, cfg.fast_math)
+                                                  run.read_through, cfg.fast_math, run.timer)
         print(f"{cfg.model}: {len(kernels)} other kernels, MetaSchedule for "
               f"{cfg.budget.others} trials")
         run.trials += tune_others(kernels, cfg.budget.others, run.run_dir.others,
@@ -378,7 +382,7 @@ def build(run: ModelRun) -> None:
     loop decisions, and the calls that read through."""
     cfg = run.cfg
     run.network = build_plan(run.plan, run.schedules, cfg.target, run.read_through,
-                             run.run_dir.others_database(), cfg.fast_math)
+                             run.run_dir.others_database(), cfg.fast_math, run.timer)
     run.run_dir.best.write_text(json.dumps(
         {"model": cfg.model,
          "tasks": {t: run.best[t] for t in run.lowering_of if t in run.best},
@@ -386,18 +390,22 @@ def build(run: ModelRun) -> None:
         indent=1))
 
 
-def verify(run: ModelRun) -> RunResult:
+def verify(run: ModelRun, session: Any = None) -> RunResult:
     """Check the network against the source framework (1e-4 relative), time it interleaved
-    with TVM's untuned build and PyTorch, and write ``summary.json``."""
+    with TVM's untuned build and PyTorch, and write ``summary.json``. With ``session`` (a
+    TVM RPC session on the device the run measured on) the network and TVM's build are
+    checked and timed there; PyTorch, which runs on this host only, is left out."""
     cfg, model, network = run.cfg, run.model, run.network
     inputs = model.random_inputs(cfg.seed + 1)
     expected = model.reference(inputs)
-    err = max_rel_err(network.run(inputs), expected)
+    ours = network_baseline("altenv", network, inputs, session=session)
+    ours.run()
+    err = max_rel_err(ours.outputs(), expected)
     if not err <= 1e-4:
         raise RuntimeError(f"run {cfg.name}: the tuned network differs from torch by {err:.3g}")
-    runs = [network_baseline("altenv", network, inputs),
-            untuned_relax_baseline(model.mod, model.params, inputs, target=cfg.target)]
-    if model.torch_module is not None:
+    runs = [ours, untuned_relax_baseline(model.mod, model.params, inputs, target=cfg.target,
+                                         session=session)]
+    if model.torch_module is not None and session is None:
         runs.append(torch_module_baseline(model.torch_module, inputs, target=cfg.target))
     stats = compare(runs, expected, rtol=1e-4)
     timings = summaries(stats)
@@ -408,6 +416,7 @@ def verify(run: ModelRun) -> RunResult:
                "reads_through": len(network.reads_through),
                "tuned_other_kernels": len(network.tuned_others),
                "fallback_calls": len(run.plan.fallbacks), "task_scheduler": run.handed,
+               "timed_on": "host" if session is None else "rpc device",
                "timings": timings, "speedup": speedups(timings)}
     run.run_dir.summary.write_text(json.dumps(summary, indent=1))
     return RunResult(cfg.run_dir, timings["altenv"]["median_s"], run.trials, run.previous,
@@ -433,7 +442,8 @@ def tune_model(cfg: RunConfig, progress: bool = True, repair: bool = False) -> R
             hand_out_reserved(run, measurer, log)
             log.close()
             run.cost_model.save(run_dir.cost_model)
-        choose_in_network(run)
-        tune_other_kernels(run)
-        build(run)
-        return verify(run)
+            run.timer = measurer.chain_timer()
+            choose_in_network(run)
+            tune_other_kernels(run)
+            build(run)
+            return verify(run, measurer.device_session())

@@ -25,8 +25,8 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.logging import get_loggers_from_work_dir
 from tvm.s_tir.meta_schedule.utils import fork_seed
 
-from ..graph.kernels import kernel_module
 from ..measure import MeasureConfig
+from ..measure.chains import kernel_module
 from ..measure.metaschedule import metaschedule_session
 from ..target import target_cores
 
@@ -53,7 +53,7 @@ def tune_others(kernels: Mapping[str, tuple[tirx.PrimFunc, int]], trials: int,
     if left <= 0 or not kernels:
         return done
     names = list(kernels)
-    with metaschedule_session(config, target) as (builder, runner):
+    with metaschedule_session(config, target, remote=True) as (builder, runner):
         contexts = [ms.TuneContext(mod=kernel_module(kernels[name][0]), target=target,
                                    space_generator="post-order-apply",
                                    search_strategy="evolutionary", task_name=name,
