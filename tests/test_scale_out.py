@@ -168,6 +168,9 @@ def test_ray_measurer_builds_on_the_cluster_and_survives_a_removed_node(ray_clus
                                  MeasureCandidate(tiled_matmul(2), right)])
         assert warm[0].ok and warm[0].build_seconds > 0 and warm[2].ok
         assert warm[1].error.startswith("wrong result")
+        # each device loads every candidate afresh, not the module it loaded first
+        (other,) = measurer.measure([MeasureCandidate(matmul(32), right)])
+        assert other.ok, other.error
         nodes = {ray.get(d.node.remote()) for d in measurer.fleet.devices}
         assert len(nodes) == 3  # one device actor on each raylet
         # kernel chains (the in-network choices) are timed by a device actor, not here

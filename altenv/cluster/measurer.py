@@ -11,6 +11,7 @@ replaced for the next batch by one Ray places wherever the resource is left.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -124,7 +125,11 @@ class Device:
         """Time one built artifact; ``check``: ``(name, object ref of the .npz bytes, rtol)``
         of its correctness data (inside a tuple, Ray passes the ref unresolved: a device
         fetches each check's data once, by name)."""
-        path = os.path.join(self.folder, "mod.tar")
+        # a path of its own, as a builder's artifacts have: the runner's worker links a
+        # .tar to PATH.so and loads it, and the loader hands back the module it already
+        # loaded from that path (every candidate would time the device's first)
+        folder = tempfile.mkdtemp(dir=self.folder)
+        path = os.path.join(folder, "mod.tar")
         Path(path).write_bytes(artifact)
         evaluator = None
         if check is not None:
@@ -133,8 +138,11 @@ class Device:
                 self.checks[name] = os.path.join(self.folder, f"check{len(self.checks)}.npz")
                 Path(self.checks[name]).write_bytes(ray.get(data))
             evaluator = CheckedEvaluator(self.checks[name], rtol, rpc=False)
-        return time_artifact(self.runner, device, [ArgInfo.from_json(a) for a in args_info],
-                             path, EvaluatorConfig(**timing), evaluator)
+        try:
+            return time_artifact(self.runner, device, [ArgInfo.from_json(a) for a in args_info],
+                                 path, EvaluatorConfig(**timing), evaluator)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
 
     def time_chains(self, chains: dict[Any, list[str]], rounds: int, seed: int
                     ) -> dict[Any, TimingStats]:
