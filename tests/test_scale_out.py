@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 from test_measure import matmul, tiled_matmul
 from tvm.rpc.server import Server
@@ -100,19 +101,23 @@ def test_rpc_fleet_times_on_every_server_and_survives_one_killed_mid_batch(
         warm = measurer.measure([MeasureCandidate(tiled_matmul(f), right) for f in (4, 8)])
         assert all(r.ok for r in warm) and len(measurer.fleet.devices) == 2
         # the servers put themselves back at the tracker after a session, asynchronously:
-        # until both have, "none free" would not mean "both busy with the next batch"
+        # once both have, the next batch starts on both
         for _ in range(200):
             if free_servers(config.rpc) == 2:
                 break
             time.sleep(0.05)
         assert free_servers(config.rpc) == 2
 
-        def kill_when_both_busy() -> None:
-            while free_servers(config.rpc) > 0:
-                time.sleep(0.02)
-            servers[0].terminate()  # mid-session: its candidate goes to the other server
+        def kill_mid_session() -> None:
+            # a server serves each session in a child process: kill server 0 while one is
+            # alive (the tracker's free count cannot tell which server is busy, and a kill
+            # between two sessions would lose nothing)
+            serving = psutil.Process(servers[0].proc._proc.pid)
+            while not serving.children():
+                time.sleep(0.005)
+            servers[0].terminate()  # its candidate goes to the other server
 
-        killer = threading.Thread(target=kill_when_both_busy, daemon=True)
+        killer = threading.Thread(target=kill_mid_session, daemon=True)
         killer.start()
         with pytest.warns(UserWarning, match="1 measuring device"):
             results = measurer.measure([MeasureCandidate(matmul(32 + i), right)
