@@ -66,6 +66,9 @@ class BenchSuite(Strict):
     kind: Literal["ops", "nets"]
     description: str = ""
     budget: int = Field(200, ge=1)
+    #: tuners measured at a budget of their own, e.g. ``{zero-shot: 16}`` beside agents at
+    #: ``budget`` (how close a few trials come to a full search); the rest get ``budget``
+    budgets: dict[str, int] = Field(default_factory=dict)
     seeds: int = Field(1, ge=1)
     tuners: list[str] = Field(default_factory=lambda: ["altenv", "metaschedule"])
     baselines: list[str] = Field(default_factory=lambda: list(OP_BASELINES))
@@ -99,6 +102,12 @@ class BenchSuite(Strict):
                                  f"{', '.join(allowed)} or 'module:Class'")
         if len(set(self.tuners)) != len(self.tuners):
             raise ValueError(f"tuners repeat a name: {self.tuners}")
+        for name, trials in self.budgets.items():
+            if name not in self.tuners:
+                raise ValueError(f"budgets: {name!r} is not one of the tuners "
+                                 f"({', '.join(self.tuners)})")
+            if trials < 1:
+                raise ValueError(f"budgets: {name}: {trials} trials; at least 1")
         unknown = [name for name in self.versus if name not in allowed and ":" not in name]
         if unknown or not self.versus:
             raise ValueError(f"versus: unknown tuner {unknown[0] if unknown else '(none)'}; "
@@ -131,6 +140,10 @@ class BenchSuite(Strict):
         if tuner == "altenv":
             return self.altenv
         return self.agents.get(tuner) or AgentConfig(name=tuner)
+
+    def budget_of(self, tuner: str) -> int:
+        """The measured trials of ``tuner``'s cells."""
+        return self.budgets.get(tuner, self.budget)
 
     def select(self, pattern: str | None) -> list[OpEntry] | list[NetEntry]:
         """The entries whose name matches the regular expression ``pattern`` (all for

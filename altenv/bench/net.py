@@ -141,10 +141,11 @@ def retime_net(suite: BenchSuite, entry: NetEntry, cells: list[dict[str, Any]], 
         runs.append(torch_module_baseline(model.torch_module, inputs, target=suite.target))
     stats = compare(runs, expected, rtol=1e-4, rounds=rounds)
     timing = {"workload": entry.name, "model": entry.model, "options": entry.options,
-              "budget": cells[0]["budget"], "target": str(make_target(suite.target)),
+              "target": str(make_target(suite.target)),
               "programs": summaries(stats),
               "cells": {f"{c['tuner']}#{c['seed']}": {
-                  "tuner": c["tuner"], "seed": c["seed"], "trials": c["trials"],
+                  "tuner": c["tuner"], "seed": c["seed"], "budget": c["budget"],
+                  "trials": c["trials"],
                   "tuning_seconds": c["tuning_seconds"], "history": c["history"],
                   "extra": extras.get(f"{c['tuner']}#{c['seed']}", {})} for c in cells}}
     (output / entry.name / "timing.json").write_text(json.dumps(timing, indent=1))

@@ -206,11 +206,10 @@ def retime_workload(suite: BenchSuite, entry: OpEntry, cells: list[dict[str, Any
         runs.append(torch_operator_baseline(plain, target=suite.target, raw=raw))
     stats = compare(runs, [plain.reference(raw)], rtol=plain.op.tolerance(), rounds=rounds)
     timing = {"workload": entry.name, "spec": entry.spec, "epilogue": entry.epilogue,
-              "budget": cells[0]["budget"],
               "target": str(make_target(suite.target)),
               "programs": summaries(stats),
               "cells": {f"{c['tuner']}#{c['seed']}": {k: c[k] for k in
-                        ("tuner", "seed", "trials", "tuning_seconds", "history")}
+                        ("tuner", "seed", "budget", "trials", "tuning_seconds", "history")}
                         for c in cells}}
     (output / entry.name / "timing.json").write_text(json.dumps(timing, indent=1))
     return timing

@@ -81,13 +81,12 @@ def run_bench(suite: BenchSuite, output: str | Path, pattern: str | None = None,
     _check_same_timing(suite, output)
     output.mkdir(parents=True, exist_ok=True)
     (output / "suite.json").write_text(suite.model_dump_json(indent=1))
-    expected = {f"{t}#{s}" for t in suite.tuners for s in range(suite.seeds)}
     timings = []
     for entry in entries:
         timing_file = output / entry.name / "timing.json"
         if timing_file.exists() and not retime:
             timing = json.loads(timing_file.read_text())
-            if timing.get("budget") == suite.budget and expected <= set(timing["cells"]):
+            if _finished(suite, timing):
                 timings.append(timing)
                 if profile:
                     _profile(suite, entry, timing, output)
@@ -95,9 +94,10 @@ def run_bench(suite: BenchSuite, output: str | Path, pattern: str | None = None,
         cells = []
         for seed in range(suite.seeds):
             for tuner in suite.tuners:
-                print(f"[bench] {entry.name}: {tuner} seed {seed}, {suite.budget} trials")
-                cells.append(tune(suite, entry, tuner, seed, output, suite.budget,
-                                  suite.measure, progress, repair))
+                budget = suite.budget_of(tuner)
+                print(f"[bench] {entry.name}: {tuner} seed {seed}, {budget} trials")
+                cells.append(tune(suite, entry, tuner, seed, output, budget, suite.measure,
+                                  progress, repair))
         print(f"[bench] {entry.name}: re-timing {len(cells)} {what} and "
               f"{len(suite.baselines)} baselines interleaved")
         timings.append(_in_fresh_process(time_entry, suite, entry, cells, output,
@@ -105,6 +105,15 @@ def run_bench(suite: BenchSuite, output: str | Path, pattern: str | None = None,
         if profile:
             _profile(suite, entry, timings[-1], output)
     return timings
+
+
+def _finished(suite: BenchSuite, timing: dict[str, Any]) -> bool:
+    """Whether an entry's ``timing.json`` holds every cell of the suite, each at its
+    tuner's budget (an older file names one budget for all)."""
+    cells = timing["cells"]
+    return all(cells.get(f"{t}#{s}", {}).get("budget", timing.get("budget"))
+               == suite.budget_of(t)
+               for t in suite.tuners for s in range(suite.seeds))
 
 
 def _profile(suite: BenchSuite, entry: Any, timing: dict[str, Any], output: Path) -> None:
