@@ -123,17 +123,6 @@ def _agent_option(text: str) -> tuple[str, dict[str, Any]]:
     return label.strip(), {"name": name.strip(), "options": parsed}
 
 
-def _tuner_budget(text: str) -> tuple[str, int]:
-    """``--tuner-budget TUNER=N`` as (tuner, N)."""
-    from .config import ConfigError  # loads TVM: only when run
-
-    label, eq, trials = text.partition("=")
-    if not (eq and label.strip() and trials.strip().isdigit()):
-        raise ConfigError(f"--tuner-budget {text!r}: expected TUNER=N (N measured trials), "
-                          "e.g. 'zero-shot=16'")
-    return label.strip(), int(trials)
-
-
 def _bench(args: argparse.Namespace) -> int:
     from .bench import load_suite  # loads TVM: only when run
     from .bench.report import report
@@ -153,8 +142,6 @@ def _bench(args: argparse.Namespace) -> int:
                  "versus": args.versus.split(",") if args.versus else None,
                  "altenv.name": args.altenv_agent, "ray.address": args.ray,
                  **_set_options(args.set)}
-    for label, trials in map(_tuner_budget, args.tuner_budget or []):
-        overrides[f"budgets.{label}"] = trials
     for label, agent in map(_agent_option, args.agent or []):
         overrides["altenv" if label == "altenv" else f"agents.{label}"] = agent
     if args.suite is None:
@@ -334,9 +321,6 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--model", nargs="+", action="extend",
                            help="models instead of a suite (repeatable)")
         p.add_argument("--budget", type=int, help="measured trials per tuner and entry")
-        p.add_argument("--tuner-budget", action="append", metavar="TUNER=N",
-                       help="a tuner measured at N trials instead of --budget (repeatable), "
-                            "e.g. 'zero-shot=16' beside agents at 200")
         p.add_argument("--tuners", help="comma-separated: altenv, metaschedule, agent names")
         p.add_argument("--baselines", help="comma-separated: tvm-default, torch")
         p.add_argument("--versus", help="comma-separated tuners every tuner is compared with "

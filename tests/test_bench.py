@@ -71,7 +71,7 @@ def test_heldout_suite_is_its_seeded_draw_and_disjoint():
     ({"workloads": []}, "needs workloads"),
     ({"budget": 0}, "budget"),
     ({"budgets": {"nosuch": 3}}, "budgets: 'nosuch' is not one of the tuners"),
-    ({"budgets": {"altenv": 0}}, "budgets: altenv: 0 trials; at least 1"),
+    ({"budgets": {"altenv": 0}}, "budgets.altenv: Input should be greater than 0"),
     ({"agents": {"altenv": {"name": "random"}}}, "label 'altenv' is already a tuner"),
     ({"agents": {"a.b": {"name": "random"}}}, "label 'a.b': letters, digits"),
     ({"agents": {"r": {"name": "random", "options": {"sed": 1}}}},
@@ -121,8 +121,8 @@ def test_cli_agent_option_is_parsed_and_validated(tmp_path, capsys):
                  "--agent", "evo8=evolution{initial_layout: 8}"]) == 2
     err = capsys.readouterr().err
     assert "agents.evo8.options: evolution takes no option 'initial_layout'" in err
-    assert main(["bench", "ops", "--suite", suite, "--tuner-budget", "evo-small"]) == 2
-    assert "--tuner-budget 'evo-small': expected TUNER=N" in capsys.readouterr().err
+    assert main(["bench", "ops", "--suite", suite, "--set", "budgets.evo-small=x"]) == 2
+    assert "budgets.evo-small: Input should be a valid integer" in capsys.readouterr().err
 
 
 def test_repeated_workload_and_model_flags_add_up():
@@ -322,7 +322,7 @@ def test_ops_bench_end_to_end_and_resume(tmp_path, capsys):
     # one tuner at a budget of its own: only its cell goes on (from its records), and the
     # entry is re-timed with every cell
     assert main(["bench", "ops", "--suite", str(suite), "--output", str(out), "--quiet",
-                 "--tuner-budget", "evo-small=6"]) == 0
+                 "--set", "budgets.evo-small=6"]) == 0
     assert len(_records(cell)) == 6 and len(_records(out / "gmm16" / "altenv-seed0")) == 4
     with (out / "results.csv").open() as f:
         trials = {r["tuner"]: int(r["trials"]) for r in csv.DictReader(f)}
