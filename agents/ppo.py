@@ -35,6 +35,7 @@ from stable_baselines3.common.logger import Logger
 
 from altenv import pretrained
 from altenv.costmodel import CostModel
+from altenv.space.constraints import Hardware
 from altenv.tuning.budget import Budget
 from altenv.tuning.loop import propose_and_measure
 from altenv.tuning.session import TuningSession
@@ -117,10 +118,11 @@ class PPOAgent(Agent):
         SB3's policy (``"MlpPolicy"`` or ``"module:Class"``, a ``MaskableActorCriticPolicy``
         subclass) and its keyword arguments (``activation_fn`` by name, ``*_class`` entries
         as ``"module:Class"``), e.g. a features extractor of one's own.
-    zero_shot_budget, zero_shot_seconds:
+    zero_shot_budget, zero_shot_seconds, zero_shot_prior:
         Budgets up to ``zero_shot_budget`` trials are tuned without learning: the policy
         searches the cost model for ``zero_shot_seconds``, then the best predicted few
-        are measured.
+        are measured; a ``zero_shot_prior`` share of the search time and of the measured
+        trials goes to the vendor-style blocked layout (:meth:`zero_shot`).
     learn:
         Whether the policy keeps learning during a run (``False``: it only acts).
     tensorboard_log:
@@ -139,7 +141,8 @@ class PPOAgent(Agent):
                  learning_rate: float = 3e-4, gamma: float = 0.99, gae_lambda: float = 0.95,
                  ent_coef: float = 0.01, policy: str = "MlpPolicy",
                  policy_kwargs: dict[str, Any] | None = None, zero_shot_budget: int = 16,
-                 zero_shot_seconds: float = 10.0, learn: bool = True,
+                 zero_shot_seconds: float = 10.0, zero_shot_prior: float = 0.25,
+                 learn: bool = True,
                  tensorboard_log: str | None = None, hardware_constraints: bool = True,
                  mutations: int = 0):
         self.seed = seed
@@ -153,7 +156,10 @@ class PPOAgent(Agent):
         self.policy_name = policy
         self.policy_kwargs = dict(DEFAULT_POLICY_KWARGS if policy_kwargs is None
                                   else policy_kwargs)
+        if not 0.0 <= zero_shot_prior <= 1.0:
+            raise ValueError(f"zero_shot_prior must be in [0, 1], got {zero_shot_prior}")
         self.zero_shot_budget, self.zero_shot_seconds = zero_shot_budget, zero_shot_seconds
+        self.zero_shot_prior = zero_shot_prior
         self.learn_in_run = learn
         self.tensorboard_log = tensorboard_log
         self.checkpoint = self._checkpoint_dir(checkpoint)
@@ -287,35 +293,53 @@ class PPOAgent(Agent):
     def zero_shot(self, session: TuningSession, n: int, batch: int,
                   report: Callable[[TuningSession], None]) -> list[Candidate]:
         """Search with cost-model rewards only for ``zero_shot_seconds``, then measure the
-        ``n`` best-predicted new candidates (at most half of them of one layout, as the
-        cost model is least sure across layouts). Returns the measured candidates."""
+        ``n`` best-predicted new candidates. The layout actor chooses layouts for the first
+        ``1 - zero_shot_prior`` of the time; for the rest the loop actors walk the
+        vendor-style blocked layout (the one ``evolution`` also starts from), whose best
+        predicted ``ceil(n * zero_shot_prior)`` points are measured whatever the ranking
+        across layouts says (the cost model is least sure across layouts, and a
+        checkpoint trained on another CPU may prefer tiles that do not fit this one's
+        vectors). The rest go by predicted score, at most half of them of one layout.
+        Returns the measured candidates."""
         if n <= 0:
             return []
-        # small rounds: in a few seconds the policy should see many layouts, not many samples
-        env = self._env(session, min(batch, ZERO_SHOT_BATCH), 1, None, reward_source="cost_model")
-        self.model_for(env)
+        blocked = session.task.blocked_factors(Hardware.of(session.task.target).lanes())
+        if blocked == session.task.default_factors():
+            blocked = None
+        prior = self.zero_shot_prior if blocked is not None else 0.0
         scores: dict[Candidate, float] = {}
-        deadline = time.perf_counter() + self.zero_shot_seconds
+        # small rounds: in a few seconds the policy should see many layouts, not many samples
+        for layout, seconds in ((None, (1 - prior) * self.zero_shot_seconds),
+                                (blocked, prior * self.zero_shot_seconds)):
+            if seconds <= 0:
+                continue
+            env = self._env(session, min(batch, ZERO_SHOT_BATCH), 1, layout,
+                            reward_source="cost_model")
+            self.model_for(env)
+            deadline = time.perf_counter() + seconds
 
-        def collect() -> bool:
-            scores.update(env.visited)
-            return time.perf_counter() < deadline
+            def collect(env: CrossExplorationEnv = env, deadline: float = deadline) -> bool:
+                scores.update(env.visited)
+                return time.perf_counter() < deadline
 
-        try:
-            self._act(env, collect)
-        finally:
-            env.close()
+            try:
+                self._act(env, collect)
+            finally:
+                env.close()
         ranked = sorted((c for c in scores if session.measured(c) is None),
                         key=scores.__getitem__, reverse=True)
-        chosen: list[Candidate] = []
+        reserved = math.ceil(n * prior)
+        chosen = [c for c in ranked if c.factors == blocked][:reserved]
         per_layout: dict[Factors, int] = {}
+        for cand in chosen:
+            per_layout[cand.factors] = per_layout.get(cand.factors, 0) + 1
         cap = max(math.ceil(n / 2), 1)
         for cand in ranked:
-            if per_layout.get(cand.factors, 0) < cap:
-                chosen.append(cand)
-                per_layout[cand.factors] = per_layout.get(cand.factors, 0) + 1
             if len(chosen) == n:
                 break
+            if cand not in chosen and per_layout.get(cand.factors, 0) < cap:
+                chosen.append(cand)
+                per_layout[cand.factors] = per_layout.get(cand.factors, 0) + 1
         session.measure(chosen)
         report(session)
         return chosen

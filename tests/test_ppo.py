@@ -19,6 +19,7 @@ from altenv import pretrained
 from altenv.cli import main
 from altenv.measure import MeasureConfig, create
 from altenv.records import RecordDB
+from altenv.space.constraints import Hardware
 from altenv.tuning import Budget, Candidate, OpTask, TuningSession, tune
 from envs.cross import CrossExplorationEnv
 
@@ -151,6 +152,13 @@ def test_zero_shot_measures_only_its_budget(measurer, tmp_path):
     best = tune(session, agent, Budget(4, 4), batch=8, top_k=4, progress=False)
     assert np.isfinite(best) and session.trials == 8
     assert agent.updates["joint"] == agent.updates["loop"] == 0  # no learning at 8 trials
+    # a quarter of the trials go to the vendor-style blocked layout, whatever the policy's
+    # prior across layouts says
+    blocked = session.task.blocked_factors(Hardware.of(session.task.target).lanes())
+    assert blocked != session.task.default_factors()
+    assert sum(c.factors == blocked for c, _ in session.measured_items()) >= 2
+    with pytest.raises(ValueError, match="zero_shot_prior must be in"):
+        PPOAgent(zero_shot_prior=1.5)
 
 
 @pytest.mark.slow
