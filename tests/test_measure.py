@@ -204,6 +204,30 @@ def test_check_inputs_are_random_and_never_zero() -> None:
         np.testing.assert_array_equal(data["expected1"], data["arg0"] * 2)
 
 
+def test_checked_candidates_are_timed_on_the_signed_check_inputs(monkeypatch) -> None:
+    """Not on MetaSchedule's arguments (random fill in [1, 10), all positive), on which a
+    kernel that branches on signs runs faster than on real tensors."""
+    import altenv.measure.check as check_module
+
+    a = te.placeholder((64,), name="a")
+    b = te.compute((64,), lambda i: tvm.te.max(a[i], tvm.tirx.const(0, "float32")), name="b")
+    rt_mod = tvm.compile(te.create_prim_func([a, b]).with_attr("global_symbol", "main"),
+                         target="llvm").mod
+    check = CorrectnessCheck(lambda x: np.maximum(x, 0))
+    evaluator = check.evaluator([("float32", (64,)), ("float32", (64,))], rpc=False)
+    timed: list = []
+    monkeypatch.setattr(check_module, "run_evaluator_common",
+                        lambda mod, dev, config, args: timed.append(args) or [1.0])
+    dev = tvm.cpu(0)
+    ms_args = [tvm.runtime.tensor(np.full(64, 5.0, "float32"), dev) for _ in range(2)]
+    assert evaluator(rt_mod, dev, None, [ms_args]) == [1.0]
+    ((x, y),) = timed[0]
+    with np.load(evaluator.data_file) as data:
+        np.testing.assert_array_equal(x.numpy(), data["arg0"])
+    assert (x.numpy() < 0).any() and (x.numpy() > 0).any()
+    np.testing.assert_array_equal(y.numpy(), np.maximum(x.numpy(), 0))
+
+
 def test_check_data_asked_for_by_several_devices_at_once_stays_whole() -> None:
     """A fleet's device threads ask for different signatures' data at the same moment."""
     from concurrent.futures import ThreadPoolExecutor
