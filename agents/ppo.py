@@ -23,6 +23,7 @@ from __future__ import annotations
 import importlib
 import math
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -330,16 +331,14 @@ class PPOAgent(Agent):
                         key=scores.__getitem__, reverse=True)
         reserved = math.ceil(n * prior)
         chosen = [c for c in ranked if c.factors == blocked][:reserved]
-        per_layout: dict[Factors, int] = {}
-        for cand in chosen:
-            per_layout[cand.factors] = per_layout.get(cand.factors, 0) + 1
+        per_layout = Counter(c.factors for c in chosen)
         cap = max(math.ceil(n / 2), 1)
         for cand in ranked:
             if len(chosen) == n:
                 break
-            if cand not in chosen and per_layout.get(cand.factors, 0) < cap:
+            if cand not in chosen and per_layout[cand.factors] < cap:
                 chosen.append(cand)
-                per_layout[cand.factors] = per_layout.get(cand.factors, 0) + 1
+                per_layout[cand.factors] += 1
         session.measure(chosen)
         report(session)
         return chosen

@@ -91,16 +91,15 @@ def build_bundle(workloads: dict[str, str], output: Path, layouts: int = 3, loop
     rng = np.random.default_rng(seed)
     manifest: dict[str, Any] = {"target": str(target.export()), "seed": seed, "workloads": []}
     for name, spec in workloads.items():
-        template = LayoutTemplate(spec)
-        raw = generate(spec).random_inputs(seed)
+        template, plain = LayoutTemplate(spec), generate(spec)
+        raw = plain.random_inputs(seed)
         entry: dict[str, Any] = {"name": name, "spec": spec, "candidates": [],
-                                 "rtol": template.op.tolerance()}
+                                 "rtol": template.op.tolerance(), "torch": torch_call(plain),
+                                 "shapes": {k: list(raw[k].shape) for k in ("data", "weight")}}
         wdir = output / name
         wdir.mkdir(exist_ok=True)
-        entry["shapes"] = {k: list(raw[k].shape) for k in ("data", "weight")}
         for li, factors in enumerate(_layout_choices(template, layouts, rng)):
             program = template.generate(factors)
-            entry.setdefault("torch", torch_call(program))
             args = program.physical_args(raw)
             expected = program.layouts["out"].apply(program.reference(raw))
             arrays = [f"L{li}_arg{i}.npy" for i in range(len(args))]

@@ -29,18 +29,15 @@ import torch
 
 def _load_runtime(bundle: Path) -> None:
     """libcudart from the CUDA toolkit or PyTorch's wheels, then TVM's runtime libraries."""
-    for pattern in ("libcudart.so.13", "/usr/local/cuda*/lib*/libcudart.so.13*",
-                    os.path.join(os.path.dirname(torch.__file__), "..", "nvidia", "*", "lib",
-                                 "libcudart.so.13*")):
-        for path in ([pattern] if "/" not in pattern else sorted(glob.glob(pattern))):
-            try:
-                ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
-                break
-            except OSError:
-                continue
-        else:
+    candidates = ["libcudart.so.13", *sorted(glob.glob("/usr/local/cuda*/lib*/libcudart.so.13*")),
+                  *sorted(glob.glob(os.path.join(os.path.dirname(torch.__file__), "..", "nvidia",
+                                                 "*", "lib", "libcudart.so.13*")))]
+    for path in candidates:
+        try:
+            ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+            break
+        except OSError:
             continue
-        break
     import tvm_ffi  # loads libtvm_ffi.so, which the runtime links against
 
     for name in ("libtvm_runtime.so", "libtvm_runtime_cuda.so"):
