@@ -207,6 +207,14 @@ def test_network_baselines_match_torch(tmp_path: Path, target) -> None:
     assert np.isfinite([s.spread for s in stats.values()]).all()
 
 
+def test_metaschedule_rounds_reach_every_task_of_a_network() -> None:
+    from altenv.baselines.network import round_size
+    assert round_size(2000, 21) == 64  # MetaSchedule's default where it covers every task
+    assert round_size(2000, 66) == 30  # MobileNet-V3-Small: 66 rounds fit in 2000
+    assert round_size(100, 66) == 8    # never below 8 candidates a round
+    assert round_size(2000, 0) == 64
+
+
 def _failing_setup():
     raise ValueError("no such model")
 
