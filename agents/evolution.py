@@ -76,6 +76,11 @@ class EvolutionAgent(Agent):
         (c2d_resnet_3x3's 8x8-channel-blocked layout ran 4.2 ms in its first batch, 2.6 ms
         in its second and 1.36 ms in the end; one 400-trial run that saw only the first
         batch never came back to it).
+    blocked_rounds:
+        Batches the vendor-style blocked layout gets in the joint stage at least, after
+        every initial layout had its first (more than ``initial_rounds`` gives it): its
+        first batch is picked by a cost model that has seen none of its points, and the
+        blocked layout is the one TVM's own x86 schedules choose.
     layout_draws:
         How the initial layouts are drawn: ``"solver"`` (RandSAT solutions of the layout
         model) or ``"actions"`` (ALT's random layout actions, Eq. 2, kept when the layout
@@ -107,7 +112,8 @@ class EvolutionAgent(Agent):
     def __init__(self, seed: int = 0, population: int = 64, generations: int = 3,
                  children: int = 96, samples: int = 48, elites: int = 16,
                  epsilon: float = 0.125, initial_layouts: int | None = 4,
-                 initial_rounds: int | None = None, layout_draws: str = "solver",
+                 initial_rounds: int | None = None, blocked_rounds: int = 1,
+                 layout_draws: str = "solver",
                  explore_layout: float = 0.25,
                  loop_search: str = "metaschedule", ms_population: int = 512,
                  ms_batch: int = 32, race_layouts: int = 4, race_trials: int = 8,
@@ -120,6 +126,8 @@ class EvolutionAgent(Agent):
         if initial_rounds is not None and initial_rounds < 1:
             raise ValueError(f"evolution: initial_rounds must be >= 1 or None, "
                              f"got {initial_rounds}")
+        if blocked_rounds < 1:
+            raise ValueError(f"evolution: blocked_rounds must be >= 1, got {blocked_rounds}")
         if layout_draws not in self.LAYOUT_DRAWS:
             raise ValueError(f"evolution: layout_draws must be one of "
                              f"{', '.join(self.LAYOUT_DRAWS)}, got {layout_draws!r}")
@@ -137,7 +145,7 @@ class EvolutionAgent(Agent):
         self.population, self.generations, self.children = population, generations, children
         self.samples, self.elites, self.epsilon = samples, elites, epsilon
         self.initial_layouts, self.explore_layout = initial_layouts, explore_layout
-        self.initial_rounds = initial_rounds
+        self.initial_rounds, self.blocked_rounds = initial_rounds, blocked_rounds
         self.layout_draws = layout_draws
         self.race_layouts, self.race_trials = race_layouts, race_trials
         self.diversity = diversity
@@ -177,6 +185,7 @@ class EvolutionAgent(Agent):
         self._task = session.task.key
         self._pool: dict[Factors, list[Candidate]] = {}
         self._initial: list[Factors] = []
+        self._blocked: Factors | None = None
         self._constraints: LayoutConstraints | None = None
         self._turn = 0
         self._fresh: list[Candidate] = []
@@ -225,16 +234,19 @@ class EvolutionAgent(Agent):
                     layouts.setdefault(factors)
         for genes in model.sample(max(0, n - len(layouts)), self.rng):
             layouts.setdefault(freeze(model.factors(genes)))
-        return list(layouts)[:n]
+        drawn = list(layouts)[:n]
+        self._blocked = blocked if blocked in drawn[1:] else None
+        return drawn
 
     def _layout(self, session: TuningSession, joint: bool) -> Factors:
         """The layout of the next batch. Loop-only stage: the best. Joint stage: first
         each initial layout (the default and vector-friendly draws) once, in
-        :meth:`_rounds` rounds; then the two best layouts in turn, or with probability
-        ``explore_layout`` a neighbour of the best (successive narrowing of the layout
-        candidates by measured latency). A layout has had its ``r``-th batch once more
-        than ``r - 1`` batches' worth (``top_k``) of its points are measured, so a
-        resumed run goes on where it stopped."""
+        :meth:`_rounds` rounds (the blocked one in ``blocked_rounds`` at least); then the
+        two best layouts in turn, or with probability ``explore_layout`` a neighbour of
+        the best (successive narrowing of the layout candidates by measured latency). A
+        layout has had its ``r``-th batch once more than ``r - 1`` batches' worth
+        (``top_k``) of its points are measured, so a resumed run goes on where it
+        stopped."""
         best, _ = session.best
         if not joint and best is not None:
             return best.factors
@@ -245,8 +257,10 @@ class EvolutionAgent(Agent):
         for cand, latency in session.measured_items():
             per_layout[cand.factors] = min(per_layout.get(cand.factors, math.inf), latency)
             counts[cand.factors] += 1
-        for r in range(self._rounds()):
-            owed = [f for f in self._initial if counts[f] <= r * max(self._top_k, 1)]
+        rounds = self._rounds()
+        for r in range(max(rounds, self.blocked_rounds)):
+            owed = [f for f in self._initial if counts[f] <= r * max(self._top_k, 1)
+                    and (r < rounds or f == self._blocked)]
             if owed:
                 return owed[0]
         ranked = sorted(per_layout, key=per_layout.get)

@@ -91,6 +91,27 @@ def test_a_second_round_of_initial_layouts_where_the_joint_stage_holds_three(
         assert len(set(layouts[16 * rounds:])) <= 2  # then the best two in turn
 
 
+def test_the_blocked_layout_gets_its_second_batch_after_every_first_one(tmp_path):
+    task = OpTask(C2D)
+
+    def kill(session):
+        if session.trials >= 16:  # after the first round, before the blocked second batch
+            raise KeyboardInterrupt
+
+    with RecordDB(tmp_path / "records.jsonl") as db, pytest.raises(KeyboardInterrupt):
+        _tune(task, db, Budget(32, 0), callbacks=[kill], explore_layout=0.0,
+              blocked_rounds=2)
+    with RecordDB(tmp_path / "records.jsonl") as db:
+        _, agent = _tune(task, db, Budget(32, 0), explore_layout=0.0, blocked_rounds=2)
+        layouts = [freeze(r.layouts["factors"]) for r in db.records(task.key)]
+        blocked = task.blocked_factors(Hardware.of(task.target).lanes())
+        assert agent._initial[1] == blocked and agent._blocked == blocked
+        # one round of the four (32 trials hold fewer than three), then the blocked
+        # layout's second batch, resumed where the kill left it, then the best two
+        assert layouts[:20] == [f for f in agent._initial for _ in range(4)] + [blocked] * 4
+        assert len(set(layouts[20:])) <= 2
+
+
 def test_killed_second_round_resumes_from_its_records(tmp_path):
     task = OpTask(C2D)
 
@@ -232,6 +253,11 @@ def test_bad_loop_search():
 def test_bad_race_options():
     with pytest.raises(ValueError, match="race_trials >= 1, got 4 and 0"):
         agents.create("evolution", race_layouts=4, race_trials=0)
+
+
+def test_bad_blocked_rounds():
+    with pytest.raises(ValueError, match="blocked_rounds must be >= 1, got 0"):
+        agents.create("evolution", blocked_rounds=0)
 
 
 def test_bad_epsilon():
