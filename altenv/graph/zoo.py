@@ -174,8 +174,9 @@ class BertTiny(nn.Module):
 
 class DCGANGenerator(nn.Module):
     """DCGAN generator (Radford et al., Fig. 1): a latent ``[N, nz, 1, 1]`` through five
-    stride-2 transposed convolutions (batch norm + ReLU, tanh at the end) to a 64x64 image;
-    ``width`` scales the feature maps (``ngf = 64 * width``)."""
+    4x4 transposed convolutions (the first at stride 1 to 4x4, the rest at stride 2; batch
+    norm + ReLU, tanh at the end) to a 64x64 image; ``width`` scales the feature maps
+    (``ngf = 64 * width``)."""
 
     def __init__(self, width: float = 1.0, nz: int = 100, channels: int = 3) -> None:
         super().__init__()
