@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 import tvm
 from test_network import _hand_factors, _hand_graph
-from tvm import te, tirx
+from tvm import relax, te, tirx, topi
 
 from altenv.baselines import network_baseline
+from altenv.config import RunConfig
 from altenv.graph import extract_tasks, load_model, max_rel_err, rel_err
 from altenv.graph.kernels import (
     _instrumented_run,
@@ -25,6 +26,7 @@ from altenv.graph.regen import Regenerable
 from altenv.layout import Layout
 from altenv.measure import MeasureConfig
 from altenv.measure.chains import KernelChain
+from altenv.pipeline.model import ModelRun, plan
 from altenv.target import make_target
 from altenv.tuning.others import open_database, tune_others
 
@@ -54,6 +56,35 @@ def test_fast_erf_in_a_regenerated_gelu_is_close_to_erf():
     assert np.abs(_run(fast, x, (4, 64)) - exact).max() < 1e-6
     out = _run(regen.func({}, tiled, ["erf"]), x, tiled.shape)
     assert np.abs(out - tiled.apply(exact.astype("float32"))).max() < 1e-6
+
+
+def _conv_net(pool: bool) -> tvm.IRModule:
+    """conv -> relu -> (a max pool) -> conv on a ``1 x 8 x 12 x 12`` input."""
+    rng = np.random.default_rng(0)
+    weights = [relax.const(rng.uniform(-1, 1, (8, 8, 3, 3)).astype("float32")) for _ in "12"]
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType([1, 8, 12, 12], "float32"))
+    with bb.function("main", [x], attrs={"num_input": 1}):
+        with bb.dataflow():
+            y = bb.emit_te(topi.nn.relu, bb.emit_te(topi.nn.conv2d_nchw, x, weights[0], 1, 1, 1))
+            if pool:
+                y = bb.emit_te(topi.nn.pool2d, y, [2, 2], [2, 2], [1, 1], [0, 0, 0, 0], "max")
+            out = bb.emit_output(bb.emit_te(topi.nn.conv2d_nchw, y, weights[1], 1, 1, 1))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+@pytest.mark.parametrize("pool", [False, True])
+def test_a_network_without_other_kernels_searches_their_share(pool):
+    """``budget.others`` goes to MetaSchedule where the network keeps a task as fused (the
+    pool); with none (the relu fuses into the convolution) the layout search gets it."""
+    cfg = RunConfig(name="n", model="x.py:f", budget=200)
+    assert cfg.budget.others == 20
+    run = ModelRun(cfg, None, None, _conv_net(pool), None, False)
+    plan(run)
+    assert plan_network(run.graph).kept == (["pool2d"] if pool else [])
+    assert run.others == (20 if pool else 0)
+    assert sum(run.budgets.values()) + run.reserved == 200 - run.others
 
 
 def test_profile_times_every_kernel_main_calls():

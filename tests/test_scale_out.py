@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -107,27 +108,33 @@ def test_rpc_fleet_times_on_every_server_and_survives_one_killed_mid_batch(
                 break
             time.sleep(0.05)
         assert free_servers(config.rpc) == 2
-        serving = psutil.Process(servers[0].proc._proc.pid)
-        for _ in range(200):  # the warm batch's session child may outlive its session
-            if not serving.children():
-                break
-            time.sleep(0.05)
+        serving = [psutil.Process(server.proc._proc.pid) for server in servers]
+        before = {child.pid for server in serving for child in server.children()}
+        killed: list[int] = []
 
         def kill_mid_session() -> None:
-            # a server serves each session in a child process: kill server 0 while one is
-            # alive (the tracker's free count cannot tell which server is busy, and a kill
-            # between two sessions would lose nothing)
-            while not serving.children():
+            # a server serves each session in a child process: kill the first server that
+            # starts one in this batch while that child is alive (the tracker cannot tell
+            # which server is busy, and a kill between two sessions would lose nothing)
+            while not killed:
+                for i, server in enumerate(serving):
+                    if any(c.pid not in before and c.is_running() for c in server.children()):
+                        servers[i].terminate()  # its candidate goes to the other server
+                        killed.append(i)
+                        break
                 time.sleep(0.005)
-            servers[0].terminate()  # its candidate goes to the other server
 
         killer = threading.Thread(target=kill_mid_session, daemon=True)
         killer.start()
-        with pytest.warns(UserWarning, match="1 measuring device"):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
             results = measurer.measure([MeasureCandidate(matmul(32 + i), right)
                                         for i in range(4)])
         killer.join(timeout=30)
+    assert killed, "no server started a session"
     assert all(r.ok for r in results), [r.error for r in results]
+    assert any("1 measuring device" in str(w.message) for w in caught), \
+        ([str(w.message) for w in caught], [r.median for r in results])
     assert len(measurer.fleet.lost) == 1
 
 

@@ -120,6 +120,15 @@ class NetworkPlan:
     regens: dict[str, Regenerable]
     fallbacks: dict[int, str] = field(default_factory=dict)
 
+    @property
+    def kept(self) -> list[str]:
+        """The tasks kept as the frontend fused them (neither generated with layouts nor
+        regenerated in them), in order of first call: on a CPU, the kernels MetaSchedule
+        tunes with ``budget.others``."""
+        kept = [c.task for c in self.graph.calls
+                if c.index not in self.lowerings and c.task not in self.regens]
+        return list(dict.fromkeys(kept))
+
     def program(self, task: str) -> tirx.PrimFunc:
         """The layout-transformed PrimFunc of a mapped complex task, as it is tuned (a
         residual read in the output's layout): the function a schedule in

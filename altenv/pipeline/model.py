@@ -91,6 +91,9 @@ class ModelRun:
     """Each task's share of the searched trials (:func:`~altenv.tuning.budget.task_budgets`)."""
     reserved: int = 0
     """Searched trials held back for the task scheduler."""
+    others: int = 0
+    """The trials MetaSchedule gets for the other kernels (``budget.others``; the search
+    gets them when the network has none)."""
     cost_model: CostModel | None = None
     opened: dict[str, TuningSession] = field(default_factory=dict)
     """Every task's session."""
@@ -159,12 +162,16 @@ def plan(run: ModelRun) -> None:
                        for i, low in sorted(network_plan.lowerings.items())}
     run.calls = {t: sum(1 for c in graph.calls if c.task == t) for t in run.lowering_of}
     run.weights = {t: task_weight(low.spec, run.calls[t]) for t, low in run.lowering_of.items()}
-    run.reserved = round(cfg.budget.searched * cfg.search.task_scheduler)
-    run.budgets = task_budgets(run.weights, cfg.budget.searched - run.reserved,
+    # on a CPU the other kernels are the tasks kept as fused; with none, their share searches
+    none = not network_plan.kept and make_target(cfg.target).kind.name == "llvm"
+    run.others = 0 if none else cfg.budget.others
+    searched = cfg.budget.total - run.others
+    run.reserved = round(searched * cfg.search.task_scheduler)
+    run.budgets = task_budgets(run.weights, searched - run.reserved,
                                TASK_FLOOR_BATCHES * cfg.search.top_k)
     print(f"{cfg.model}: {len(run.lowering_of)} tuned tasks, {len(network_plan.fallbacks)} "
-          f"calls on default schedules; {cfg.budget.total} trials ({cfg.budget.others} for "
-          "the other kernels)")
+          f"calls on default schedules; {cfg.budget.total} trials ({run.others} for the "
+          f"other kernels{', which this network has none of' if none else ''})")
 
 
 def concurrency(measurer: Measurer, top_k: int) -> int:
@@ -367,12 +374,12 @@ def tune_other_kernels(run: ModelRun) -> None:
     chosen here, as the build will make them."""
     cfg = run.cfg
     run.plan = plan_network(run.graph, run.factors)
-    if cfg.budget.others:
+    if run.others:
         kernels, run.read_through = other_kernels(run.plan, run.schedules, cfg.target,
                                                   run.read_through, cfg.fast_math, run.timer)
         print(f"{cfg.model}: {len(kernels)} other kernels, MetaSchedule for "
-              f"{cfg.budget.others} trials")
-        run.trials += tune_others(kernels, cfg.budget.others, run.run_dir.others,
+              f"{run.others} trials")
+        run.trials += tune_others(kernels, run.others, run.run_dir.others,
                                   make_target(cfg.target), cfg.measure, cfg.seed)
 
 
