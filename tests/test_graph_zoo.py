@@ -47,6 +47,16 @@ def test_task_graph_lists_expected_complex_ops(name: str):
     assert model.inputs[0].shape == ZOO[name].input_shapes["small"][0]
     # squeeze-excite, channel split and shuffle, transposed convs: all tuned with layouts
     assert not plan_network(graph).fallbacks
+    # every norm and activation fused into its convolution's task: no elementwise task is
+    # a convolution's only consumer and reads nothing else computed (a squeeze-excite
+    # gate's product PrimFunc also scales a batch norm's output; it once cut 48 of them off)
+    consumers = Counter(e.src for e in graph.edges)
+    for call in graph.calls:
+        sources = [a.ref for a in call.args if a.kind == "call"]
+        producer = graph.calls[sources[0]].op if len(sources) == 1 else None
+        assert not (graph.tasks[call.task].kind == "elemwise" and producer is not None and
+                    producer.kind != "gmm" and consumers[sources[0]] == 1), \
+            f"{call.task} (call {call.index}) is not fused into call {sources[0]}"
 
 
 @SLOW

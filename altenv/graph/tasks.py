@@ -99,8 +99,8 @@ def fuse_pipeline() -> tvm.transform.Pass:
     return tvm.transform.Sequential([
         relax.transform.LegalizeOps(),
         relax.transform.AnnotateTIROpPattern(),
-        separate_gates,
         relax.transform.FoldConstant(),
+        separate_gates,
         relax.transform.FuseOps(),
         relax.transform.FuseTIR(),
         relax.transform.DeadCodeElimination(),
@@ -108,6 +108,7 @@ def fuse_pipeline() -> tvm.transform.Pass:
 
 
 _INJECTIVE = 2  # relax's OpPatternKind kInjective: never fused after a complex op
+_ACTIVATION_CALLS = 6
 
 
 @tvm.transform.module_pass(opt_level=0, name="SeparateGates")
@@ -117,26 +118,75 @@ def separate_gates(mod: tvm.IRModule, _ctx: object) -> tvm.IRModule:
     Squeeze-excite multiplies a feature map by a per-channel gate ``[N, C, 1, 1]`` that a
     1x1 convolution computed; fused into that convolution (Relax's broadcast pattern), the
     task's output is the feature map, which no complex-operator generator writes. Marked
-    injective, the product of two computed tensors, one per-channel, stays a task of its
-    own: the gate's convolution is tuned with its activation and the product is
-    regenerated in the propagated layouts like any elementwise task.
+    injective, the product of two computed tensors, one per-channel and neither computed
+    from the other by one call (as SiLU's ``x * sigmoid(x)``), stays a task of its own:
+    the gate's convolution is tuned with its activation and the product is regenerated
+    in the propagated layouts like any elementwise task.
+
+    The mark goes on a copy of the product's PrimFunc that only gate calls use: the same
+    PrimFunc also scales a batch norm's output by its (constant, folded) per-channel
+    weight, and marked there it would cut the norm and activation off their convolution.
     """
     main = mod["main"]
     call_tir = tvm.ir.Op.get("relax.call_tir")
-    gates: set[str] = set()
+    gates: dict[ire.Call, tvm.ir.GlobalVar] = {}
+    producers: dict[ire.Var, tuple[list[ire.Expr], int]] = {}  # result -> args, pattern
     for block in main.body.blocks:
         for binding in block.bindings:
             value = binding.value
             if not (isinstance(value, ire.Call) and value.op.same_as(call_tir)):
                 continue
             args = list(value.args[1].fields)
+            attrs = mod[value.args[0]].attrs
+            producers[binding.var] = (args, int(attrs["op_pattern"]) if attrs is not None and
+                                      "op_pattern" in attrs else _INJECTIVE + 1)
             if len(args) == 2 and not any(isinstance(a, ire.Constant) for a in args) and \
-                    any(_per_channel(a.ty) for a in args) and _is_product(mod[value.args[0]]):
-                gates.add(value.args[0].name_hint)
-    for name in gates:
-        gv = mod.get_global_var(name)
-        mod.update_func(gv, mod[gv].with_attr("op_pattern", _INJECTIVE))
-    return mod
+                    any(_per_channel(a.ty) for a in args) and \
+                    not _activation(args, producers) and _is_product(mod[value.args[0]]):
+                gates[value] = value.args[0]
+    if not gates:
+        return mod
+    bb = relax.BlockBuilder(mod)
+    copies = {name: bb.add_func(mod[name].with_attr("op_pattern", _INJECTIVE), f"{name}_gate")
+              for name in sorted({gv.name_hint for gv in gates.values()})}
+    swap = {call: copies[gv.name_hint] for call, gv in gates.items()}
+    bb.update_func(mod.get_global_var("main"), _Regate(swap).visit_expr(main))
+    return bb.get()
+
+
+@relax.expr_functor.mutator
+class _Regate(relax.PyExprMutator):
+    """Points the given ``call_tir`` calls at other PrimFuncs."""
+
+    def __init__(self, swap: dict[ire.Call, tvm.ir.GlobalVar]) -> None:
+        super().__init__()
+        self.swap = swap
+
+    def visit_call_(self, op: ire.Call) -> ire.Expr:
+        call = super().visit_call_(op)
+        target = self.swap.get(op)
+        if target is None:
+            return call
+        return ire.Call(call.op, [target, *call.args[1:]], call.attrs, call.ty_args)
+
+
+def _activation(args: list[ire.Expr], producers: dict[ire.Var, tuple[list[ire.Expr], int]]
+                ) -> bool:
+    """Whether a product ``a * f(a)`` is an activation's (SiLU, hardswish on a
+    ``[N, C, 1, 1]`` tensor): one operand computed from the other by elementwise or
+    injective calls alone, a few at most (a gate passes through convolutions)."""
+    for a, b in (args, args[::-1]):
+        frontier = [b]
+        for _ in range(_ACTIVATION_CALLS):
+            if not frontier:
+                break
+            inputs, pattern = producers.get(frontier.pop(), ([], _INJECTIVE + 1))
+            if pattern > _INJECTIVE:
+                continue
+            if any(x.same_as(a) for x in inputs):
+                return True
+            frontier += [x for x in inputs if isinstance(x, ire.Var)]
+    return False
 
 
 def _per_channel(ty: object) -> bool:
