@@ -112,17 +112,26 @@ def test_rpc_fleet_times_on_every_server_and_survives_one_killed_mid_batch(
         before = {child.pid for server in serving for child in server.children()}
         killed: list[int] = []
 
+        def timing(child: psutil.Process) -> bool:
+            # the session has loaded the uploaded module from its work dir (its cwd)
+            try:
+                cwd = child.cwd()
+                return any(m.path.startswith(cwd) for m in child.memory_maps())
+            except psutil.Error:
+                return False
+
         def kill_mid_session() -> None:
-            # a server serves each session in a child process: kill the first server that
-            # starts one in this batch while that child is alive (the tracker cannot tell
-            # which server is busy, and a kill between two sessions would lose nothing)
+            # a server serves each session in a child process: kill the first server whose
+            # new session is timing its candidate (the tracker cannot tell which server is
+            # busy; a kill between sessions would lose nothing, and one during the
+            # connection's handshake makes the client ask the tracker for another server)
             while not killed:
                 for i, server in enumerate(serving):
-                    if any(c.pid not in before and c.is_running() for c in server.children()):
+                    if any(c.pid not in before and timing(c) for c in server.children()):
                         servers[i].terminate()  # its candidate goes to the other server
                         killed.append(i)
                         break
-                time.sleep(0.005)
+                time.sleep(0.01)
 
         killer = threading.Thread(target=kill_mid_session, daemon=True)
         killer.start()
