@@ -49,7 +49,8 @@ def test_task_graph_lists_expected_complex_ops(name: str):
     assert not plan_network(graph).fallbacks
     # every norm and activation fused into its convolution's task: no elementwise task is
     # a convolution's only consumer and reads nothing else computed (a squeeze-excite
-    # gate's product PrimFunc also scales a batch norm's output; it once cut 48 of them off)
+    # gate's product PrimFunc also scales a batch norm's output: marking it once cut 47
+    # of EfficientNet-B0's off)
     consumers = Counter(e.src for e in graph.edges)
     for call in graph.calls:
         sources = [a.ref for a in call.args if a.kind == "call"]

@@ -163,15 +163,15 @@ def plan(run: ModelRun) -> None:
     run.calls = {t: sum(1 for c in graph.calls if c.task == t) for t in run.lowering_of}
     run.weights = {t: task_weight(low.spec, run.calls[t]) for t, low in run.lowering_of.items()}
     # on a CPU the other kernels are the tasks kept as fused; with none, their share searches
-    none = not network_plan.kept and make_target(cfg.target).kind.name == "llvm"
-    run.others = 0 if none else cfg.budget.others
+    no_others = not network_plan.kept and make_target(cfg.target).kind.name == "llvm"
+    run.others = 0 if no_others else cfg.budget.others
     searched = cfg.budget.total - run.others
     run.reserved = round(searched * cfg.search.task_scheduler)
     run.budgets = task_budgets(run.weights, searched - run.reserved,
                                TASK_FLOOR_BATCHES * cfg.search.top_k)
     print(f"{cfg.model}: {len(run.lowering_of)} tuned tasks, {len(network_plan.fallbacks)} "
           f"calls on default schedules; {cfg.budget.total} trials ({run.others} for the "
-          f"other kernels{', which this network has none of' if none else ''})")
+          f"other kernels{', which this network has none of' if no_others else ''})")
 
 
 def concurrency(measurer: Measurer, top_k: int) -> int:
