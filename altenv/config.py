@@ -29,6 +29,7 @@ from .mapping.space import check_generator
 from .measure import MeasureConfig
 from .ops import KINDS, Epilogue, parse_workload
 from .ops.draw import draw_workloads
+from .ops.expr import DEFAULT_FAST_MATH
 from .strict import Strict
 from .target import check_target
 from .tuning.budget import Budget
@@ -221,10 +222,11 @@ class RunConfig(_Run):
     model: str | None = None
     model_options: dict[str, Any] = Field(default_factory=dict)
     mapping: Literal["none", "amos", "cp_embedding"] = "none"
-    #: float32 functions a model's regenerated elementwise tasks compute with TVM's fast
-    #: polynomial versions (``erf``: within 4.2e-7; ``exp``: relative 4.1e-6); ``[]`` keeps
-    #: libm's.
-    fast_math: list[Literal["erf", "tanh", "exp"]] = Field(default_factory=lambda: ["erf"])
+    #: float32 functions a model's generated code (complex tasks' activations, regenerated
+    #: elementwise tasks) computes with TVM's fast polynomial versions (``erf``: within
+    #: 4.2e-7; ``exp``, also a sigmoid's: relative 4.1e-6); ``[]`` keeps libm's.
+    fast_math: list[Literal["erf", "tanh", "exp"]] = Field(
+        default_factory=lambda: list(DEFAULT_FAST_MATH))
     #: tune on a Ray cluster (builds as Ray tasks, one actor per measuring device);
     #: ``None`` measures in this process as configured in ``measure``
     ray: RaySettings | None = None

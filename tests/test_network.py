@@ -100,19 +100,23 @@ def make():
 '''
 
 
-def test_convs_with_silu_hardswish_gelu_are_tuned_with_layouts(tmp_path: Path):
+@pytest.mark.parametrize("fast_math,steps", [((), ("silu", "hardswish", "gelu")), (
+    ("erf", "exp"), ("fast_silu", "hardswish", "fast_gelu"))])
+def test_convs_with_silu_hardswish_gelu_are_tuned_with_layouts(tmp_path: Path, fast_math,
+                                                               steps):
     """The activations Relax fuses after each conv are generated in the conv's tiled
-    output layout (no call falls back) and the network still computes what torch does."""
+    output layout (no call falls back), with TVM's fast ``exp`` and ``erf`` where
+    ``fast_math`` names them, and the network still computes what torch does."""
     (tmp_path / "act.py").write_text(ACTIVATIONS)
     model = load_model(f"{tmp_path / 'act.py'}:make")
     graph = extract_tasks(model)
     factors = {task.name: {**LayoutTemplate(task.op.spec()).default_factors(), "ot": 4,
                            "ht": 4} for task in graph.complex_tasks()}
-    network = build_network(graph, factors)
+    network = build_network(graph, factors, fast_math=fast_math)
     plan = network.plan
     assert not plan.fallbacks
     assert [plan.lowerings[c.index].epilogue for c in graph.complex_calls()] == [
-        ("bias", "silu"), ("bias", "hardswish"), ("bias", "gelu")]
+        ("bias", step) for step in steps]
     assert {plan.layouts[t]["out"].shape for t in factors} == {(1, 2, 1, 2, 4, 8, 4)}
     x = model.random_inputs(1)
     assert max_rel_err(network.run(x), model.reference(x)) < 1e-4

@@ -288,6 +288,9 @@ ACTIVATIONS = {
     "leaky_relu(0.1)": lambda x: F.leaky_relu(x, 0.1),
     "mul(x,tanh(x))": lambda x: x * torch.tanh(x),
     "float16(mul(x,select(lt(0.0,x),1.0,0.0)))": lambda x: (x * (x > 0).float()).half().float(),
+    "fast_sigmoid": torch.sigmoid, "fast_silu": F.silu, "fast_tanh": torch.tanh,
+    "fast_gelu": F.gelu, "fast_gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "mul(x,fast_exp(mul(x,-0.5)))": lambda x: x * torch.exp(-0.5 * x),
 }
 
 
@@ -311,6 +314,47 @@ def test_activation_epilogues_in_a_blocked_layout(step):
     np.testing.assert_allclose(program.reference(raw), want, rtol=1e-5, atol=1e-6)
     got = torch_function(program)(t["data"], t["weight"], t["bias"]).numpy()
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name,low,high,tol", [("exp", -87.0, 87.0, 5e-6),
+                                               ("erf", -100.0, 100.0, 1e-6),
+                                               ("tanh", -100.0, 100.0, 1e-6)])
+def test_fast_math_functions_stay_close_over_the_whole_range(name, low, high, tol):
+    """TVM's fast polynomials as one inlined expression (``fast_tanh``'s clamp to [-9, 9]
+    included: without it the polynomial is off by 2e4 at -100), relative error within
+    ``tol`` of the exact function."""
+    import math
+
+    import tvm
+    from tvm import te
+
+    from altenv.ops.expr import fast_call
+
+    xs = np.linspace(low, high, 2001).astype("float32")
+    x = te.placeholder(xs.shape, "float32", "x")
+    y = te.compute(xs.shape, lambda i: fast_call(name, x[i]), name="y")
+    out = tvm.runtime.tensor(np.zeros_like(xs))
+    tvm.compile(te.create_prim_func([x, y]), target="llvm")["main"](tvm.runtime.tensor(xs), out)
+    exact = np.vectorize(getattr(math, name))(xs.astype(np.float64))
+    assert (np.abs(out.numpy() - exact) / np.maximum(np.abs(exact), 1e-30)).max() < tol
+
+
+def test_fast_activations_call_no_libm_function():
+    """``fast_math`` turns a step's libm functions into TVM's polynomials (a sigmoid through
+    ``fast_exp``), named apart so that records of the two never mix; the generated code of a
+    fast step calls none of ``exp``, ``sigmoid``, ``erf``, ``tanh``."""
+    from altenv.ops.activation import fast_step
+
+    assert [fast_step(s, ("erf", "exp")) for s in ("silu", "gelu", "gelu_tanh", "relu")] == [
+        "fast_silu", "fast_gelu", "gelu_tanh", "relu"]
+    assert fast_step("mul(x,exp(x))", ("exp",)) == "mul(x,fast_exp(x))"
+    assert fast_step("silu", ()) == "silu" and fast_step("tanh", ("tanh",)) == "fast_tanh"
+    spec = "c2d:N=1,I=4,O=8,H=6,W=6,KH=3,KW=3,pad=1"
+    calls = ("T.exp(", "T.sigmoid(", "T.erf(", "T.tanh(")
+    for step, fast in (("silu", "fast_silu"), ("gelu", "fast_gelu"), ("tanh", "fast_tanh")):
+        plain = generate(spec, epilogue=("bias", step)).func.script()
+        assert any(c in plain for c in calls)
+        assert not any(c in generate(spec, epilogue=("bias", fast)).func.script() for c in calls)
 
 
 def test_activation_steps_round_trip_through_records_keys():

@@ -22,7 +22,7 @@ fastest there is kept.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,14 +97,16 @@ def choose_layouts(graph: TaskGraph, factors: Mapping[str, Mapping[str, int]],
                    known: Mapping[str, Choice] | None = None,
                    on_choice: Callable[[str, Choice], None] | None = None,
                    rounds: int = 7, seed: int = 0,
-                   timer: ChainTimer | None = None) -> dict[str, Choice]:
+                   timer: ChainTimer | None = None,
+                   fast_math: Collection[str] = ()) -> dict[str, Choice]:
     """Choose, for each task of ``options`` with more than one contender (in graph order),
     the contender fastest in the network, the tasks before it on their chosen layouts
     (``factors``, ``schedules``: every task's tuned best; the others keep theirs). A task in
     ``known`` with the same contenders keeps its recorded choice (a resumed run);
     ``on_choice`` is called with every new one. The chains are timed by ``timer`` (the
     measuring device's, :meth:`altenv.measure.Measurer.chain_timer`; this host's by
-    default). Returns the choices made by timing."""
+    default), the network planned with ``fast_math`` as the run plans it
+    (:func:`~altenv.graph.network.plan_network`). Returns the choices made by timing."""
     tgt = make_target(target)
     timer = timer or local_timer(tgt)
     factors, schedules = dict(factors), dict(schedules)
@@ -114,7 +116,8 @@ def choose_layouts(graph: TaskGraph, factors: Mapping[str, Mapping[str, int]],
             continue
         choice = (known or {}).get(task)
         if choice is None or list(choice.factors) != [dict(c.factors) for c in cands]:
-            choice = _time(graph, factors, schedules, task, cands, tgt, timer, rounds, seed)
+            choice = _time(graph, factors, schedules, task, cands, tgt, timer, rounds, seed,
+                           fast_math)
             if choice is None:
                 continue
             if on_choice is not None:
@@ -127,14 +130,14 @@ def choose_layouts(graph: TaskGraph, factors: Mapping[str, Mapping[str, int]],
 
 def _time(graph: TaskGraph, factors: dict[str, Mapping[str, int]],
           schedules: dict[str, Scheduled], task: str, cands: Sequence[Contender],
-          target: tvm.target.Target, timer: ChainTimer, rounds: int, seed: int
-          ) -> Choice | None:
+          target: tvm.target.Target, timer: ChainTimer, rounds: int, seed: int,
+          fast_math: Collection[str]) -> Choice | None:
     """Time every contender of ``task`` in the network; ``None`` when the first reads its
     operands as they are stored (nothing to weigh against its lead)."""
     ways: list[list[list[str]]] = []  # contender -> call -> its options' chain keys
     chains: dict[str, list[Any]] = {}
     for cand in cands:
-        plan = plan_network(graph, {**factors, task: cand.factors})
+        plan = plan_network(graph, {**factors, task: cand.factors}, fast_math)
         scheduled = {**schedules, task: cand.schedule}
         per_call = []
         for index in sorted(i for i in plan.lowerings if graph.calls[i].task == task):

@@ -65,6 +65,7 @@ from altenv.graph.tuned_kernel import tuned_kernel
 from altenv.layout import Layout
 from altenv.layout.convert import conversion_func
 from altenv.measure.chains import ChainTimer
+from altenv.ops.activation import fast_step
 from altenv.ops.codegen import bias_layout
 from altenv.target import make_target, target_cores
 
@@ -107,6 +108,9 @@ class NetworkPlan:
     lowerings: how each mapped complex call is generated.
     regens: the regenerable tasks, by task name.
     fallbacks: the reason each unmapped complex call keeps its original task.
+    fast_math: the float32 functions (``erf``, ``tanh``, ``exp``) that the generated code
+        (complex tasks' epilogues, regenerated elementwise tasks) computes with TVM's fast
+        versions (:mod:`altenv.ops.expr`).
     """
 
     graph: TaskGraph
@@ -119,6 +123,7 @@ class NetworkPlan:
     lowerings: dict[int, ComplexLowering]
     regens: dict[str, Regenerable]
     fallbacks: dict[int, str] = field(default_factory=dict)
+    fast_math: tuple[str, ...] = ()
 
     @property
     def kept(self) -> list[str]:
@@ -154,9 +159,12 @@ def _is_const(expr: Any) -> bool:
 
 
 def plan_network(graph: TaskGraph, factors: Mapping[str, Mapping[str, int]] | None = None,
-                 ) -> NetworkPlan:
+                 fast_math: Collection[str] = ()) -> NetworkPlan:
     """Map the calls of ``graph``, choose layouts from ``factors`` (task name -> template
-    factors; absent tasks get the untiled template) and propagate them."""
+    factors; absent tasks get the untiled template) and propagate them. The generated code
+    computes the float32 functions named in ``fast_math`` (``erf``, ``tanh``, ``exp``) with
+    TVM's fast versions: a complex task's activation ``silu`` becomes ``fast_silu``
+    (:func:`altenv.ops.activation.fast_step`), a task of its own."""
     factors = dict(factors or {})
     unknown = set(factors) - set(graph.tasks)
     if unknown:
@@ -194,7 +202,7 @@ def plan_network(graph: TaskGraph, factors: Mapping[str, Mapping[str, int]] | No
         tensors = [tensor_of(a) for a in call_args]
         if task.op is not None:
             try:
-                lowering = _lower(task, call_args, tensors, call.shape)
+                lowering = _lower(task, call_args, tensors, call.shape, fast_math)
             except NotMappable as err:
                 fallbacks[call.index] = str(err)
                 log.warning("task %s (call %d): %s; it is not tuned and stays on logical "
@@ -239,14 +247,17 @@ def plan_network(graph: TaskGraph, factors: Mapping[str, Mapping[str, int]] | No
     dataflow = Dataflow(ops, shapes, frozenset(constants))
     prop = propagate(dataflow, chosen)
     return NetworkPlan(graph, args, dataflow, task_factors, task_layouts, chosen, prop,
-                       lowerings, regens, fallbacks)
+                       lowerings, regens, fallbacks, tuple(fast_math))
 
 
 def _lower(task: Any, call_args: list[Any], tensors: list[str | None],
-           out_shape: tuple[int, ...]) -> ComplexLowering:
-    """:func:`lower_complex` for one call, checking which operands are dataflow tensors."""
+           out_shape: tuple[int, ...], fast_math: Collection[str]) -> ComplexLowering:
+    """:func:`lower_complex` for one call (its activation computed with ``fast_math``),
+    checking which operands are dataflow tensors."""
     consts = {k for k, a in enumerate(call_args) if _is_const(a)}
     lowering = lower_complex(task.func, task.op, task.analysis.prologue, consts, out_shape)
+    if lowering.activation is not None:
+        lowering = replace(lowering, activation=fast_step(lowering.activation, fast_math))
     if tensors[lowering.data_arg] is None:
         raise NotMappable("the data operand is not a tensor of the network")
     if lowering.weight_arg not in consts and tensors[lowering.weight_arg] is None:
@@ -358,9 +369,9 @@ def build_network(graph: TaskGraph, factors: Mapping[str, Mapping[str, int]] | N
     and ``schedules`` of their layout-transformed programs (:meth:`NetworkPlan.program`;
     default schedules otherwise). The other kernels MetaSchedule tunes (:func:`other_kernels`)
     take their schedules from its database ``others`` where it has one
-    (:mod:`altenv.tuning.others`), else the defaults above. The regenerated
-    elementwise tasks compute the float32 functions named in ``fast_math`` (``erf``,
-    ``tanh``, ``exp``) with TVM's fast versions (:mod:`altenv.graph.regen`).
+    (:mod:`altenv.tuning.others`), else the defaults above. The generated
+    code computes the float32 functions named in ``fast_math`` (``erf``, ``tanh``,
+    ``exp``) with TVM's fast versions (:func:`plan_network`).
 
     ``read_through`` picks the complex calls that read their data operand in the layout it
     is stored in instead of converting it first, and how (:data:`ReadThrough`, see
@@ -369,21 +380,19 @@ def build_network(graph: TaskGraph, factors: Mapping[str, Mapping[str, int]] | N
     (the measuring device's, :meth:`altenv.measure.Measurer.chain_timer`; this host's by
     default) and keeps the fastest. :attr:`NetworkBuild.reads_through` holds the calls that
     do, and how."""
-    plan = plan_network(graph, factors)
-    return build_plan(plan, schedules, target, read_through, others, fast_math, timer)
+    plan = plan_network(graph, factors, fast_math)
+    return build_plan(plan, schedules, target, read_through, others, timer)
 
 
 def build_plan(plan: NetworkPlan, schedules: Mapping[str, Scheduled] | None = None,
                target: str | dict | tvm.target.Target | None = None,
                read_through: ReadThrough = None,
                others: Database | None = None,
-               fast_math: Collection[str] = (),
                timer: ChainTimer | None = None) -> NetworkBuild:
     """Rewrite ``main`` from ``plan`` and compile it (``read_through``, ``others``,
-    ``fast_math``, ``timer``: see :func:`build_network`)."""
+    ``timer``: see :func:`build_network`)."""
     tgt = make_target(target)
-    rewriter = _Rewriter(plan, dict(schedules or {}), tgt, read_through, others, fast_math,
-                         timer)
+    rewriter = _Rewriter(plan, dict(schedules or {}), tgt, read_through, others, timer)
     mod = rewriter.run()
     built = compile_module(mod, tgt, rewriter.scheduled)
     return NetworkBuild(plan, mod, built, rewriter.param_names, rewriter.param_values,
@@ -394,8 +403,7 @@ def build_plan(plan: NetworkPlan, schedules: Mapping[str, Scheduled] | None = No
 
 def other_kernels(plan: NetworkPlan, schedules: Mapping[str, Scheduled] | None = None,
                   target: str | dict | tvm.target.Target | None = None,
-                  read_through: ReadThrough = None, fast_math: Collection[str] = (),
-                  timer: ChainTimer | None = None
+                  read_through: ReadThrough = None, timer: ChainTimer | None = None
                   ) -> tuple[dict[str, tuple[tirx.PrimFunc, int]], dict[int, int]]:
     """The kernels of the network :func:`build_plan` would compile that the layout search
     does not tune and MetaSchedule does (the tasks kept as the frontend fused them; on a
@@ -404,7 +412,7 @@ def other_kernels(plan: NetworkPlan, schedules: Mapping[str, Scheduled] | None =
     decides them here, with ``timer``, so a later build can be given them).
     Nothing is compiled but what ``"measure"`` times."""
     rewriter = _Rewriter(plan, dict(schedules or {}), make_target(target), read_through,
-                         fast_math=fast_math, timer=timer)
+                         timer=timer)
     calls = kernel_calls(rewriter.run())
     kernels = {name: (func, calls[name]) for name, func in rewriter.other_kernels.items()
                if calls[name]}
@@ -431,11 +439,9 @@ class _Rewriter:
 
     def __init__(self, plan: NetworkPlan, schedules: dict[str, Scheduled],
                  target: tvm.target.Target, read_through: ReadThrough = None,
-                 others: Database | None = None, fast_math: Collection[str] = (),
-                 timer: ChainTimer | None = None) -> None:
+                 others: Database | None = None, timer: ChainTimer | None = None) -> None:
         self.plan = plan
         self.timer = timer
-        self.fast_math = tuple(fast_math)
         self.schedules = schedules
         self.target = target
         self.others = others
@@ -868,7 +874,7 @@ class _Rewriter:
         out_layout = self._storage(tensor_name(index))
         key = (call.task, tuple(sorted(layouts.items(), key=lambda kv: kv[0])), out_layout)
         if key not in self.funcs:
-            func = _noalias(regen.func(layouts, out_layout, self.fast_math))
+            func = _noalias(regen.func(layouts, out_layout, self.plan.fast_math))
             self.funcs[key] = self._add_other(func, call.task,
                                               self.plan.graph.tasks[call.task].kind)
         return self.funcs[key], args, out_layout

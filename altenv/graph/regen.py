@@ -8,9 +8,7 @@ a task reads its inputs in whatever layout they are stored in and writes its out
 in the layout its consumer wants, padding and overlapped tiles included (ALT Fig. 5b).
 
 With ``fast_math`` the rebuilt expression calls TVM's fast polynomial versions of the named
-float32 functions (``topi.fast_erf``, ``fast_tanh``, ``fast_exp``) instead of the libm calls
-LLVM keeps scalar: a GELU's ``erf`` then vectorizes (9x faster on BERT-tiny's GELU here;
-``fast_erf`` is within 4.2e-7 of ``erf``, ``fast_exp`` within a relative 4.1e-6 of ``exp``).
+float32 functions instead of the libm calls LLVM keeps scalar (:mod:`altenv.ops.expr`).
 """
 
 from __future__ import annotations
@@ -18,17 +16,10 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-import tvm.ir.expr as ire
-import tvm.ir.prim.expr as pe
-from tvm import s_tir, te, tirx, topi
+from tvm import s_tir, te, tirx
 
 from altenv.layout import Layout
-
-#: The functions ``fast_math`` can name, with their TVM fast versions.
-FAST_MATH = {"erf": topi.fast_erf, "tanh": topi.fast_tanh, "exp": topi.fast_exp}
-
-_BINARY = (pe.Add, pe.Sub, pe.Mul, pe.Div, pe.Mod, pe.FloorDiv, pe.FloorMod, pe.Min, pe.Max,
-           pe.EQ, pe.NE, pe.LT, pe.LE, pe.GT, pe.GE, pe.And, pe.Or)
+from altenv.ops.expr import rebuild
 
 
 class Regenerable:
@@ -78,8 +69,8 @@ class Regenerable:
              fast_math: Collection[str] = ()) -> tirx.PrimFunc:
         """The task with input ``k`` stored in ``layouts[k]`` (identity when absent) and the
         output written in ``out_layout``; positions holding no element are zero. The float32
-        functions named in ``fast_math`` (keys of :data:`FAST_MATH`) are computed by their
-        fast versions."""
+        functions named in ``fast_math`` (keys of :data:`altenv.ops.expr.FAST_MATH`) are
+        computed by their fast versions."""
         holders = []
         for k, (shape, dtype) in enumerate(zip(self.shapes[:-1], self.dtypes[:-1])):
             layout = layouts.get(k)
@@ -98,7 +89,7 @@ class Regenerable:
         def body(*phys: Any) -> Any:
             logical, valid = out_layout.to_logical(list(phys))
             env = {v: _as(x, str(v.ty.dtype)) for v, x in zip(self.ivars, logical)}
-            value = _rebuild(self.value, env, self._param_loader(load), frozenset(fast_math))
+            value = rebuild(self.value, env, self._param_loader(load), frozenset(fast_math))
             return value if valid is None else tirx.if_then_else(valid, value,
                                                                  tirx.const(0, dtype))
 
@@ -118,43 +109,3 @@ def _as(x: Any, dtype: str) -> Any:
     if isinstance(x, int):
         return tirx.const(x, dtype)
     return x if str(x.ty.dtype) == dtype else tirx.Cast(dtype, x)
-
-
-def _rebuild(e: Any, env: dict[Any, Any], load: Callable[[Any, list], Any],
-             fast: frozenset[str] = frozenset()) -> Any:
-    """``e`` with iteration variables replaced by ``env``, parameter loads by ``load`` and
-    calls of the float32 functions in ``fast`` by their fast versions."""
-    def go(x: Any) -> Any:
-        return _rebuild(x, env, load, fast)
-
-    if isinstance(e, _BINARY):
-        return type(e)(go(e.a), go(e.b))
-    if isinstance(e, pe.Cast):
-        return pe.Cast(e.ty, go(e.value))
-    if isinstance(e, pe.Not):
-        return pe.Not(go(e.a))
-    if isinstance(e, pe.Select):
-        return pe.Select(go(e.condition), go(e.true_value), go(e.false_value))
-    if isinstance(e, ire.TensorLoad):
-        return load(e.source, [go(i) for i in e.indices])
-    if isinstance(e, ire.Call) and e.op.name == "te.tensor_load":  # a TE stage's load
-        return load(e.args[0], [go(i) for i in e.args[1:]])
-    if isinstance(e, ire.Call):
-        name = str(e.op.name).removeprefix("tirx.")
-        if name in fast and len(e.args) == 1 and str(e.ty.dtype) == "float32":
-            return _fast(name, go(e.args[0]))
-        return ire.Call(e.op, [go(a) for a in e.args], ret_ty=e.ty)
-    if isinstance(e, tirx.Var):
-        return env.get(e, e)
-    if isinstance(e, (pe.IntImm, pe.FloatImm)):
-        return e
-    raise ValueError(f"regenerate: unsupported expression {type(e).__name__}")
-
-
-def _fast(name: str, arg: Any) -> Any:
-    """TVM's fast ``name`` (a :data:`FAST_MATH` key) of the float32 expression ``arg``: the
-    body of its TE stage over a one-element placeholder, the placeholder's loads replaced
-    by ``arg``."""
-    holder = te.placeholder((1,), "float32", "x")
-    body = FAST_MATH[name](holder).op.body[0]
-    return _rebuild(body, {}, lambda source, idx: arg)

@@ -10,22 +10,33 @@ it) and the planner; the same tree builds the TE expression and the torch refere
 the two cannot disagree.
 
 A tree is ``"x"``, a ``float`` constant or a tuple ``(op, *operands)``.
+
+``fast_exp``, ``fast_sigmoid`` (through ``fast_exp``), ``fast_erf`` and ``fast_tanh`` compute
+the float32 functions by TVM's polynomials (:mod:`altenv.ops.expr`), which vectorize where
+libm's calls stay scalar; :func:`fast_step` swaps them in for a run's ``fast_math``. Their
+torch reference is the exact function, so the checks bound the approximation too.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from functools import partial
 from typing import Any
 
 import torch
 from tvm import tirx
 
+from .expr import fast_call
+
 Tree = str | float | tuple
 
-UNARY = ("sigmoid", "tanh", "erf", "exp")
+UNARY = ("sigmoid", "tanh", "erf", "exp", "fast_sigmoid", "fast_tanh", "fast_erf", "fast_exp")
+FAST = {"exp": "fast_exp", "sigmoid": "fast_sigmoid", "erf": "fast_erf", "tanh": "fast_tanh"}
+"""Each function with a fast version, and the ``fast_math`` name that turns it on (a sigmoid
+is computed through ``exp``)."""
+_FAST_BY = {"exp": "exp", "sigmoid": "exp", "erf": "erf", "tanh": "tanh"}
 ROUNDING = ("float16", "bfloat16")
 """Casts to a narrower float and back (a cast in the chain, which goes on in the op's dtype)."""
 BINARY = ("add", "sub", "mul", "div", "max", "min", "lt", "le", "gt", "ge")
@@ -42,6 +53,12 @@ NAMED = {
     "gelu": "mul(x,add(0.5,mul(erf(mul(x,0.7071067811865476)),0.5)))",
     "gelu_tanh": "mul(mul(0.5,x),add(1.0,tanh(mul(mul(0.7978845608028654,x),"
                  "add(1.0,mul(mul(0.044715,x),x))))))",
+    "fast_sigmoid": "fast_sigmoid(x)",
+    "fast_silu": "mul(x,fast_sigmoid(x))",
+    "fast_tanh": "fast_tanh(x)",
+    "fast_gelu": "mul(x,add(0.5,mul(fast_erf(mul(x,0.7071067811865476)),0.5)))",
+    "fast_gelu_tanh": "mul(mul(0.5,x),add(1.0,fast_tanh(mul(mul(0.7978845608028654,x),"
+                      "add(1.0,mul(mul(0.044715,x),x))))))",
 }
 """Activations by name: the trees Relax fuses for them (as its PyTorch frontend imports
 ``torch.nn.functional.silu`` and the others), so a planned task shows the name."""
@@ -191,6 +208,25 @@ def canonical_step(step: str) -> str:
     return step if step in ("bias", "residual") else step_text(parse_step(step))
 
 
+def fast_tree(tree: Tree, fast_math: Collection[str]) -> Tree:
+    """``tree`` with each function whose ``fast_math`` name is in ``fast_math`` (``exp``
+    for ``exp`` and ``sigmoid``, ``erf``, ``tanh``) replaced by its fast version."""
+    if not isinstance(tree, tuple):
+        return tree
+    op, *args = tree
+    if op in FAST and _FAST_BY[op] in fast_math:
+        op = FAST[op]
+    return (op, *(fast_tree(a, fast_math) for a in args))
+
+
+def fast_step(step: str, fast_math: Collection[str]) -> str:
+    """The canonical epilogue step computing ``step`` with the fast versions that
+    ``fast_math`` names (``silu`` -> ``fast_silu`` with ``exp``)."""
+    if step in ("bias", "residual"):
+        return step
+    return step_text(fast_tree(parse_step(step), fast_math))
+
+
 def _evaluate(tree: Tree, x: Any, const: Callable[[float], Any], ops: Mapping[str, Callable]
               ) -> Any:
     if tree == "x":
@@ -211,11 +247,28 @@ def _torch_round(dtype: str, a: torch.Tensor) -> torch.Tensor:
 _COMMON = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
            "div": lambda a, b: a / b, "lt": lambda a, b: a < b, "le": lambda a, b: a <= b,
            "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b}
+def _te_fast(name: str, exact: Callable[[Any], Any], a: Any) -> Any:
+    """TVM's fast ``name`` of a float32 ``a`` (other dtypes: the exact function)."""
+    return fast_call(name, a) if str(a.ty.dtype) == "float32" else exact(a)
+
+
+def _te_fast_sigmoid(a: Any) -> Any:
+    if str(a.ty.dtype) != "float32":
+        return tirx.sigmoid(a)
+    one = tirx.const(1.0, "float32")
+    return one / (one + fast_call("exp", tirx.const(0.0, "float32") - a))
+
+
 _TE = {**_COMMON, "max": tirx.max, "min": tirx.min, "sigmoid": tirx.sigmoid,
        "tanh": tirx.tanh, "erf": tirx.erf, "exp": tirx.exp, "select": tirx.Select,
+       "fast_exp": partial(_te_fast, "exp", tirx.exp),
+       "fast_erf": partial(_te_fast, "erf", tirx.erf),
+       "fast_tanh": partial(_te_fast, "tanh", tirx.tanh), "fast_sigmoid": _te_fast_sigmoid,
        **{t: partial(_te_round, t) for t in ROUNDING}}
 _TORCH = {**_COMMON, "max": torch.maximum, "min": torch.minimum, "sigmoid": torch.sigmoid,
           "tanh": torch.tanh, "erf": torch.erf, "exp": torch.exp, "select": torch.where,
+          "fast_exp": torch.exp, "fast_erf": torch.erf, "fast_tanh": torch.tanh,
+          "fast_sigmoid": torch.sigmoid,
           **{t: partial(_torch_round, t) for t in ROUNDING}}
 
 

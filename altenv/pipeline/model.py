@@ -157,7 +157,7 @@ def plan(run: ModelRun) -> None:
     then shares by a roofline estimate of its latency."""
     cfg = run.cfg
     run.graph = graph = extract_tasks(run.model)
-    network_plan = plan_network(graph)
+    network_plan = plan_network(graph, fast_math=cfg.fast_math)
     run.lowering_of = {graph.calls[i].task: low
                        for i, low in sorted(network_plan.lowerings.items())}
     run.calls = {t: sum(1 for c in graph.calls if c.task == t) for t in run.lowering_of}
@@ -359,7 +359,8 @@ def choose_in_network(run: ModelRun) -> None:
               f"{len(choice.seconds)})")
 
     choices = choose_layouts(run.graph, run.factors, run.schedules, options, cfg.target,
-                             known, save, seed=cfg.seed, timer=run.timer)
+                             known, save, seed=cfg.seed, timer=run.timer,
+                             fast_math=cfg.fast_math)
     for name, choice in choices.items():
         if choice.chosen:
             kept: Contender = options[name][choice.chosen]
@@ -373,10 +374,10 @@ def tune_other_kernels(run: ModelRun) -> None:
     (softmax, norms, pools, fallbacks), and the calls that read an input as stored are
     chosen here, as the build will make them."""
     cfg = run.cfg
-    run.plan = plan_network(run.graph, run.factors)
+    run.plan = plan_network(run.graph, run.factors, cfg.fast_math)
     if run.others:
         kernels, run.read_through = other_kernels(run.plan, run.schedules, cfg.target,
-                                                  run.read_through, cfg.fast_math, run.timer)
+                                                  run.read_through, run.timer)
         print(f"{cfg.model}: {len(kernels)} other kernels, MetaSchedule for "
               f"{run.others} trials")
         run.trials += tune_others(kernels, run.others, run.run_dir.others,
@@ -389,7 +390,7 @@ def build(run: ModelRun) -> None:
     loop decisions, and the calls that read through."""
     cfg = run.cfg
     run.network = build_plan(run.plan, run.schedules, cfg.target, run.read_through,
-                             run.run_dir.others_database(), cfg.fast_math, run.timer)
+                             run.run_dir.others_database(), run.timer)
     run.run_dir.best.write_text(json.dumps(
         {"model": cfg.model,
          "tasks": {t: run.best[t] for t in run.lowering_of if t in run.best},

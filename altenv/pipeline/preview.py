@@ -15,6 +15,7 @@ from typing import Any
 
 from ..graph import ImportedModel, extract_tasks, network
 from ..ops import operator_for, parse_workload
+from ..ops.expr import DEFAULT_FAST_MATH
 
 
 def _flops(spec: str) -> int | None:
@@ -34,7 +35,7 @@ def preview(model: ImportedModel) -> dict[str, Any]:
     level = planner.level
     planner.setLevel(logging.ERROR)  # its fallback warnings are the report's reasons
     try:
-        plan = network.plan_network(graph)
+        plan = network.plan_network(graph, fast_math=DEFAULT_FAST_MATH)
     finally:
         planner.setLevel(level)
     calls = []

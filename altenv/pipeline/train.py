@@ -41,6 +41,7 @@ from ..costmodel import CostModel
 from ..graph.network import plan_network
 from ..graph.tasks import extract_tasks
 from ..measure import create
+from ..ops.expr import DEFAULT_FAST_MATH
 from ..records import RecordDB
 from ..suites import suite_specs
 from ..target import make_target
@@ -55,7 +56,7 @@ def model_tasks(cfg: TrainConfig, source: str) -> list[OpTask]:
     """The complex tasks of a model that a run would tune (one per operator and epilogue);
     a model that does not import is a :class:`ConfigError` of one line."""
     graph = extract_tasks(load_user_model(source, cfg.model_options, cfg.seed))
-    plan = plan_network(graph)
+    plan = plan_network(graph, fast_math=DEFAULT_FAST_MATH)
     tasks = dict.fromkeys((low.spec, tuple(low.epilogue)) for low in plan.lowerings.values())
     return [OpTask(spec, cfg.target, epilogue, cfg.search.levels) for spec, epilogue in tasks]
 
