@@ -58,6 +58,20 @@ def test_fast_erf_in_a_regenerated_gelu_is_close_to_erf():
     assert np.abs(out - tiled.apply(exact.astype("float32"))).max() < 1e-6
 
 
+def test_fast_exp_in_a_regenerated_sigmoid():
+    """With ``fast_math=["exp"]`` a regenerated sigmoid (as a SiLU's epilogue is) calls
+    neither sigmoid nor exp and stays within 1e-6 of the exact sigmoid."""
+    x = te.placeholder((4, 64), name="x")
+    regen = Regenerable.of(te.create_prim_func(
+        [x, te.compute((4, 64), lambda i, j: tirx.sigmoid(x[i, j]), name="y")]))
+    values = np.random.default_rng(0).uniform(-30, 30, (4, 64)).astype("float32")
+    plain, fast = regen.func({}, Layout((4, 64))), regen.func({}, Layout((4, 64)), ["exp"])
+    assert "sigmoid" in plain.script()
+    assert "sigmoid" not in fast.script() and "T.exp(" not in fast.script()
+    exact = 1 / (1 + np.exp(-values.astype(np.float64)))
+    assert np.abs(_run(fast, values, (4, 64)) - exact).max() < 1e-6
+
+
 def _conv_net(pool: bool) -> tvm.IRModule:
     """conv -> relu -> (a max pool) -> conv on a ``1 x 8 x 12 x 12`` input."""
     rng = np.random.default_rng(0)

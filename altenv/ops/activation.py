@@ -28,15 +28,13 @@ from typing import Any
 import torch
 from tvm import tirx
 
-from .expr import fast_call
+from .expr import ENABLED_BY, fast_version
 
 Tree = str | float | tuple
 
-UNARY = ("sigmoid", "tanh", "erf", "exp", "fast_sigmoid", "fast_tanh", "fast_erf", "fast_exp")
-FAST = {"exp": "fast_exp", "sigmoid": "fast_sigmoid", "erf": "fast_erf", "tanh": "fast_tanh"}
-"""Each function with a fast version, and the ``fast_math`` name that turns it on (a sigmoid
-is computed through ``exp``)."""
-_FAST_BY = {"exp": "exp", "sigmoid": "exp", "erf": "erf", "tanh": "tanh"}
+FAST = {f: f"fast_{f}" for f in ENABLED_BY}
+"""Each function with a fast version, and that version's op."""
+UNARY = (*ENABLED_BY, *FAST.values())
 ROUNDING = ("float16", "bfloat16")
 """Casts to a narrower float and back (a cast in the chain, which goes on in the op's dtype)."""
 BINARY = ("add", "sub", "mul", "div", "max", "min", "lt", "le", "gt", "ge")
@@ -214,7 +212,7 @@ def fast_tree(tree: Tree, fast_math: Collection[str]) -> Tree:
     if not isinstance(tree, tuple):
         return tree
     op, *args = tree
-    if op in FAST and _FAST_BY[op] in fast_math:
+    if op in FAST and ENABLED_BY[op] in fast_math:
         op = FAST[op]
     return (op, *(fast_tree(a, fast_math) for a in args))
 
@@ -244,32 +242,22 @@ def _torch_round(dtype: str, a: torch.Tensor) -> torch.Tensor:
     return a.to(getattr(torch, dtype)).to(a.dtype)
 
 
+def _te_fast(name: str, a: Any) -> Any:
+    """TVM's fast ``name`` of a float32 ``a`` (other dtypes: the exact function)."""
+    return fast_version(name, a) if str(a.ty.dtype) == "float32" else _TE[name](a)
+
+
 _COMMON = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
            "div": lambda a, b: a / b, "lt": lambda a, b: a < b, "le": lambda a, b: a <= b,
            "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b}
-def _te_fast(name: str, exact: Callable[[Any], Any], a: Any) -> Any:
-    """TVM's fast ``name`` of a float32 ``a`` (other dtypes: the exact function)."""
-    return fast_call(name, a) if str(a.ty.dtype) == "float32" else exact(a)
-
-
-def _te_fast_sigmoid(a: Any) -> Any:
-    if str(a.ty.dtype) != "float32":
-        return tirx.sigmoid(a)
-    one = tirx.const(1.0, "float32")
-    return one / (one + fast_call("exp", tirx.const(0.0, "float32") - a))
-
-
 _TE = {**_COMMON, "max": tirx.max, "min": tirx.min, "sigmoid": tirx.sigmoid,
        "tanh": tirx.tanh, "erf": tirx.erf, "exp": tirx.exp, "select": tirx.Select,
-       "fast_exp": partial(_te_fast, "exp", tirx.exp),
-       "fast_erf": partial(_te_fast, "erf", tirx.erf),
-       "fast_tanh": partial(_te_fast, "tanh", tirx.tanh), "fast_sigmoid": _te_fast_sigmoid,
+       **{FAST[f]: partial(_te_fast, f) for f in FAST},
        **{t: partial(_te_round, t) for t in ROUNDING}}
 _TORCH = {**_COMMON, "max": torch.maximum, "min": torch.minimum, "sigmoid": torch.sigmoid,
           "tanh": torch.tanh, "erf": torch.erf, "exp": torch.exp, "select": torch.where,
-          "fast_exp": torch.exp, "fast_erf": torch.erf, "fast_tanh": torch.tanh,
-          "fast_sigmoid": torch.sigmoid,
           **{t: partial(_torch_round, t) for t in ROUNDING}}
+_TORCH.update({FAST[f]: _TORCH[f] for f in FAST})  # the reference is the exact function
 
 
 def te_value(tree: Tree, x: Any, dtype: str) -> Any:

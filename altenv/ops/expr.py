@@ -21,6 +21,9 @@ from tvm import te, tirx, topi
 
 FAST_MATH = {"erf": topi.fast_erf, "tanh": topi.fast_tanh, "exp": topi.fast_exp}
 """The functions ``fast_math`` can name, with their TVM fast versions."""
+ENABLED_BY = {"exp": "exp", "sigmoid": "exp", "erf": "erf", "tanh": "tanh"}
+"""Each function with a fast version, and the ``fast_math`` name that turns it on (a sigmoid
+is computed through ``exp``)."""
 DEFAULT_FAST_MATH = ("erf", "exp")
 """What a model run computes with the fast versions unless its config says otherwise."""
 
@@ -51,14 +54,23 @@ def rebuild(e: Any, env: dict[Any, Any], load: Callable[[Any, list], Any],
         return load(e.args[0], [go(i) for i in e.args[1:]])
     if isinstance(e, ire.Call):
         name = str(e.op.name).removeprefix("tirx.")
-        if name in fast and len(e.args) == 1 and str(e.ty.dtype) == "float32":
-            return fast_call(name, go(e.args[0]))
+        if ENABLED_BY.get(name) in fast and len(e.args) == 1 and str(e.ty.dtype) == "float32":
+            return fast_version(name, go(e.args[0]))
         return ire.Call(e.op, [go(a) for a in e.args], ret_ty=e.ty)
     if isinstance(e, tirx.Var):
         return env.get(e, e)
     if isinstance(e, (pe.IntImm, pe.FloatImm)):
         return e
-    raise ValueError(f"regenerate: unsupported expression {type(e).__name__}")
+    raise ValueError(f"rebuild: unsupported expression {type(e).__name__}")
+
+
+def fast_version(name: str, arg: Any) -> Any:
+    """The float32 ``name(arg)`` (``name`` a key of :data:`ENABLED_BY`) by TVM's fast
+    polynomials: a sigmoid as ``1 / (1 + fast_exp(-arg))``."""
+    if name != "sigmoid":
+        return fast_call(name, arg)
+    one = tirx.const(1.0, "float32")
+    return one / (one + fast_call("exp", tirx.const(0.0, "float32") - arg))
 
 
 def fast_call(name: str, arg: Any) -> Any:
