@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 from sb3_contrib import MaskablePPO
-from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 from stable_baselines3.common.logger import Logger
 
 from altenv import pretrained
@@ -41,7 +41,7 @@ from altenv.tuning.budget import Budget
 from altenv.tuning.loop import propose_and_measure
 from altenv.tuning.session import TuningSession
 from altenv.tuning.task import Candidate, Factors
-from envs.cross import ACTION_NVEC, OBS_SIZE, CrossExplorationEnv
+from envs.cross import ACTION_NVEC, OBS_SIZE, PHASE, CrossExplorationEnv
 
 from .base import Agent, register
 from .checkpoint import has_policy, load_policy, save_policy
@@ -73,6 +73,40 @@ class _UntilBudget(BaseCallback):
         else:
             self._idle += 1
         return self.session.trials < self.limit and self._idle < self.patience
+
+
+class ActorWeights(BaseCallback):
+    """Gives the layout actor's steps ``layout_share`` of each update's policy loss.
+
+    ALT trains the layout actor and the loop actors each on a loss of its own (§5.2.2).
+    In one policy a visit's single layout step is one of ``1 + loop_rounds *
+    walk_length`` steps, so a plain PPO update spends about 1/33 of its policy gradient
+    on the layout actor. After each rollout this normalizes the advantages over the whole
+    rollout and scales them by step weights averaging 1: ``layout_share * n / k`` on the
+    ``k`` layout steps of ``n``, ``(1 - layout_share) * n / (n - k)`` on the others (the
+    model must not normalize advantages again per minibatch). Rollouts without layout
+    steps (the loop-only stage) are only normalized. PPO's clipped objective is linear in
+    a step's advantage, so this weights the steps' loss terms; the critic is untouched."""
+
+    def __init__(self, layout_share: float):
+        super().__init__()
+        if not 0.0 < layout_share < 1.0:
+            raise ValueError(f"layout_share must be in (0, 1), got {layout_share}")
+        self.layout_share = layout_share
+
+    def _on_step(self) -> bool:
+        return True
+
+    def _on_rollout_end(self) -> None:
+        buffer = self.model.rollout_buffer
+        adv = buffer.advantages
+        adv -= adv.mean()
+        adv /= adv.std() + 1e-8
+        layout = buffer.observations[..., PHASE] == 1.0
+        n, k = adv.size, int(layout.sum())
+        if 0 < k < n:
+            adv[layout] *= self.layout_share * n / k
+            adv[~layout] *= (1.0 - self.layout_share) * n / (n - k)
 
 
 def _import(name: str) -> Any:
@@ -134,6 +168,10 @@ class PPOAgent(Agent):
     mutations:
         Random neighbours of the layout's best measured points added to each round's
         sampled batch, so the loop actors' walks can start next to what measured best.
+    layout_share:
+        Share of each update's policy loss carried by the layout actor's steps
+        (:class:`ActorWeights`, as ALT's separate actor losses); ``None``: every step
+        weighs the same (SB3's PPO, where layout steps are about 1/33 of the steps).
     """
 
     def __init__(self, seed: int = 0, checkpoint: str | None = PRETRAINED,
@@ -145,7 +183,7 @@ class PPOAgent(Agent):
                  zero_shot_seconds: float = 10.0, zero_shot_prior: float = 0.25,
                  learn: bool = True,
                  tensorboard_log: str | None = None, hardware_constraints: bool = True,
-                 mutations: int = 0):
+                 mutations: int = 0, layout_share: float | None = 0.5):
         self.seed = seed
         self.env_options = {"episode_layouts": episode_layouts, "loop_rounds": loop_rounds,
                             "walk_length": walk_length,
@@ -153,7 +191,11 @@ class PPOAgent(Agent):
                             "mutations": mutations}
         self.ppo_options = {"n_steps": n_steps, "batch_size": batch_size, "n_epochs": n_epochs,
                             "learning_rate": learning_rate, "gamma": gamma,
-                            "gae_lambda": gae_lambda, "ent_coef": ent_coef}
+                            "gae_lambda": gae_lambda, "ent_coef": ent_coef,
+                            "normalize_advantage": layout_share is None}
+        if layout_share is not None:
+            ActorWeights(layout_share)  # refuse a bad share now, not at the first update
+        self.layout_share = layout_share
         self.policy_name = policy
         self.policy_kwargs = dict(DEFAULT_POLICY_KWARGS if policy_kwargs is None
                                   else policy_kwargs)
@@ -263,7 +305,7 @@ class PPOAgent(Agent):
             model = self.model_for(env)
             if self.learn_in_run:
                 before = model.num_timesteps
-                model.learn(FOREVER, callback=until, reset_num_timesteps=False,
+                model.learn(FOREVER, callback=self._callbacks(until), reset_num_timesteps=False,
                             tb_log_name=stage)
                 self.updates[stage] += (model.num_timesteps - before) // model.n_steps
             else:
@@ -271,6 +313,13 @@ class PPOAgent(Agent):
         finally:
             session.limit = outer
             env.close()
+
+    def _callbacks(self, callback: BaseCallback | None) -> CallbackList:
+        """``callback`` with the actors' loss weights (:class:`ActorWeights`)."""
+        chain = [] if callback is None else [callback]
+        if self.layout_share is not None:
+            chain.append(ActorWeights(self.layout_share))
+        return CallbackList(chain)
 
     def _act(self, env: CrossExplorationEnv, until: Callable[[], bool] | BaseCallback,
              deterministic: bool = False) -> None:
@@ -364,7 +413,7 @@ class PPOAgent(Agent):
         try:
             model = self.model_for(env)
             start, before = time.perf_counter(), model.num_timesteps
-            model.learn(timesteps, callback=callback, reset_num_timesteps=False,
+            model.learn(timesteps, callback=self._callbacks(callback), reset_num_timesteps=False,
                         tb_log_name="pretrain")
             self.updates["pretrain"] += (model.num_timesteps - before) // (
                 model.n_steps * model.n_envs)

@@ -42,6 +42,8 @@ BINS = 12
 outer levels left) that is at most ``2**b``."""
 MAX_SCORE = 4.0
 """Scores and relative throughputs are clipped to this in observations and rewards."""
+PHASE = 0
+"""Observation entry that is 1 on a layout step and 0 on a loop step."""
 OBS_SIZE = 3 + WORKLOAD_FEATURES + 3 * len(SLOTS) + MAX_VECTOR + 2 * FEATURES + 2
 """Length of the observation, the same for every workload."""
 ACTION_NVEC = [BINS] * len(SLOTS) + [MAX_DIRECTIONS] * MAX_SUBSPACES
@@ -438,7 +440,7 @@ class CrossExplorationEnv(TuningEnv):
     def _observe(self) -> np.ndarray:
         obs = np.zeros(OBS_SIZE, dtype=np.float32)
         loop = not self.layout_phase
-        obs[0] = float(not loop)
+        obs[PHASE] = float(not loop)
         obs[1] = self._walked / self.walk_length if loop else 0.0
         obs[2] = self._visit / self.episode_layouts
         at = 3

@@ -14,7 +14,7 @@ import torch
 
 import agents
 from agents.checkpoint import POLICY, SETTINGS
-from agents.ppo import PPOAgent
+from agents.ppo import ActorWeights, PPOAgent
 from altenv import pretrained
 from altenv.cli import main
 from altenv.measure import MeasureConfig, create
@@ -100,6 +100,49 @@ def test_checkpoint_refuses_another_policy(tmp_path):
                           policy_kwargs={"net_arch": [32, 32]}, **SMALL)
     with pytest.raises(ValueError, match="policy_kwargs"):
         other.model_for(env)
+    env.close()
+
+
+@pytest.mark.parametrize("share", [0.5, 0.2])
+def test_actor_weights_give_layout_steps_their_share(share):
+    """A rollout of 2 visits x 1 layout + 7 loop steps, on 2 envs: after the callback the
+    advantages are the rollout's normalized ones, weighted so that the layout steps carry
+    ``share`` of the weight; a loop-only rollout is only normalized."""
+    from types import SimpleNamespace
+
+    from gymnasium import spaces
+    from stable_baselines3.common.buffers import RolloutBuffer
+
+    from envs.cross import ACTION_NVEC, OBS_SIZE, PHASE
+
+    buffer = RolloutBuffer(16, spaces.Box(0, 1, (OBS_SIZE,)), spaces.MultiDiscrete(ACTION_NVEC),
+                           n_envs=2)
+    rng = np.random.default_rng(0)
+    buffer.advantages = rng.normal(3.0, 2.0, (16, 2)).astype(np.float32)
+    layout = np.zeros((16, 2), dtype=bool)
+    layout[::8] = True
+    buffer.observations[..., PHASE] = layout
+    before = buffer.advantages.copy()
+    normal = (before - before.mean()) / (before.std() + 1e-8)
+    weights = ActorWeights(share)
+    weights.model = SimpleNamespace(rollout_buffer=buffer)
+    weights.on_rollout_end()
+    ratio = buffer.advantages / normal
+    assert np.allclose(ratio[layout], share * 32 / 4)
+    assert np.allclose(ratio[~layout], (1 - share) * 32 / 28)
+    assert ratio.mean() == pytest.approx(1.0)
+
+    buffer.advantages = before.copy()
+    buffer.observations[..., PHASE] = 0.0
+    weights.on_rollout_end()
+    assert np.allclose(buffer.advantages, normal, atol=1e-6)
+    with pytest.raises(ValueError, match="layout_share"):
+        agents.create("ppo", checkpoint=None, layout_share=1.0)
+    plain = agents.create("ppo", checkpoint=None, layout_share=None, **SMALL)
+    env = CrossExplorationEnv("gmm:M=16,N=16,K=16", reward_source="cost_model", batch=4,
+                              walk_length=2)
+    assert plain.model_for(env).normalize_advantage  # SB3's own per-minibatch normalization
+    assert not agents.create("ppo", checkpoint=None, **SMALL).model_for(env).normalize_advantage
     env.close()
 
 
