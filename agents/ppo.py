@@ -193,9 +193,7 @@ class PPOAgent(Agent):
                             "learning_rate": learning_rate, "gamma": gamma,
                             "gae_lambda": gae_lambda, "ent_coef": ent_coef,
                             "normalize_advantage": layout_share is None}
-        if layout_share is not None:
-            ActorWeights(layout_share)  # refuse a bad share now, not at the first update
-        self.layout_share = layout_share
+        self.weights = None if layout_share is None else ActorWeights(layout_share)
         self.policy_name = policy
         self.policy_kwargs = dict(DEFAULT_POLICY_KWARGS if policy_kwargs is None
                                   else policy_kwargs)
@@ -316,9 +314,7 @@ class PPOAgent(Agent):
 
     def _callbacks(self, callback: BaseCallback | None) -> CallbackList:
         """``callback`` with the actors' loss weights (:class:`ActorWeights`)."""
-        chain = [] if callback is None else [callback]
-        if self.layout_share is not None:
-            chain.append(ActorWeights(self.layout_share))
+        chain = [c for c in (callback, self.weights) if c is not None]
         return CallbackList(chain)
 
     def _act(self, env: CrossExplorationEnv, until: Callable[[], bool] | BaseCallback,
