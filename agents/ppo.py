@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 from sb3_contrib import MaskablePPO
+from sb3_contrib.common.maskable.distributions import MaskableMultiCategoricalDistribution
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 from stable_baselines3.common.logger import Logger
 
@@ -45,6 +46,7 @@ from envs.cross import ACTION_NVEC, OBS_SIZE, PHASE, CrossExplorationEnv
 
 from .base import Agent, register
 from .checkpoint import has_policy, load_policy, save_policy
+from .masked_heads import MaskedHeads
 
 FOREVER = 10**9
 PRETRAINED = "pretrained"
@@ -243,6 +245,9 @@ class PPOAgent(Agent):
         self.model = MaskablePPO(policy, env, policy_kwargs=resolve_policy_kwargs(
             self.policy_kwargs), seed=self.seed, tensorboard_log=self.tensorboard_log,
             verbose=0, device="cpu", **self.ppo_options)
+        dist = self.model.policy.action_dist
+        if type(dist) is MaskableMultiCategoricalDistribution:  # same distribution, batched
+            self.model.policy.action_dist = MaskedHeads(dist.action_dims)
         if self.tensorboard_log is None:
             # SB3's default logger makes an empty SB3-<time> folder in /tmp on every learn()
             self.model.set_logger(Logger(None, []))

@@ -14,6 +14,7 @@ import torch
 
 import agents
 from agents.checkpoint import POLICY, SETTINGS
+from agents.masked_heads import MaskedHeads
 from agents.ppo import ActorWeights, PPOAgent
 from altenv import pretrained
 from altenv.cli import main
@@ -21,7 +22,7 @@ from altenv.measure import MeasureConfig, create
 from altenv.records import RecordDB
 from altenv.space.constraints import Hardware
 from altenv.tuning import Budget, Candidate, OpTask, TuningSession, tune
-from envs.cross import CrossExplorationEnv
+from envs.cross import ACTION_NVEC, CrossExplorationEnv
 
 SMALL = {"walk_length": 3, "loop_rounds": 1, "episode_layouts": 2, "n_steps": 8,
          "batch_size": 8, "n_epochs": 2}
@@ -143,6 +144,47 @@ def test_actor_weights_give_layout_steps_their_share(share):
                               walk_length=2)
     assert plain.model_for(env).normalize_advantage  # SB3's own per-minibatch normalization
     assert not agents.create("ppo", checkpoint=None, **SMALL).model_for(env).normalize_advantage
+    env.close()
+
+
+def test_masked_heads_are_sb3_contribs_distribution_batched():
+    """Log-probabilities of allowed actions, entropies, modes and their gradients equal
+    sb3-contrib's per-head distribution, with masks (one head wholly masked) and without;
+    samples never take a masked value."""
+    from sb3_contrib.common.maskable.distributions import MaskableMultiCategoricalDistribution
+
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    logits = torch.randn(6, sum(ACTION_NVEC), requires_grad=True)
+    masks = rng.random(logits.shape) < 0.5
+    starts = np.cumsum([0, *ACTION_NVEC])
+    for row in masks:  # one allowed value at least per head, but head 3 of row 0
+        row[starts[:-1] + [rng.integers(n) for n in ACTION_NVEC]] = True
+    masks[0, starts[3]:starts[4]] = False
+    # allowed actions, as rollouts take (a masked one's log-probability is an artifact)
+    actions = torch.as_tensor(np.array([[rng.choice(np.flatnonzero(h)) if h.any() else 0
+                                         for h in np.split(row, starts[1:-1])]
+                                        for row in masks]))
+    for mask in (masks, None):
+        ref = MaskableMultiCategoricalDistribution(ACTION_NVEC).proba_distribution(logits)
+        new = MaskedHeads(ACTION_NVEC).proba_distribution(logits)
+        ref.apply_masking(mask)
+        new.apply_masking(mask)
+        assert torch.equal(new.mode(), ref.mode())
+        for a, b in ((new.log_prob(actions), ref.log_prob(actions)),
+                     (new.entropy(), ref.entropy())):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-4)
+            grads = [torch.autograd.grad(x.sum(), logits, retain_graph=True)[0] for x in (a, b)]
+            torch.testing.assert_close(*grads, rtol=1e-5, atol=1e-5)
+    new.apply_masking(masks)
+    for _ in range(20):
+        sample = new.sample().numpy()
+        chosen = masks[np.arange(len(masks))[:, None], starts[:-1] + sample]
+        chosen[0, 3] = True  # a wholly masked head draws any of its own values
+        assert chosen.all() and (sample < np.array(ACTION_NVEC)).all()
+    agent = PPOAgent(checkpoint=None, **SMALL)
+    env = CrossExplorationEnv("gmm:M=16,N=16,K=16", reward_source="cost_model")
+    assert isinstance(agent.model_for(env).policy.action_dist, MaskedHeads)
     env.close()
 
 
