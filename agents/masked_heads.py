@@ -2,8 +2,8 @@
 
 sb3-contrib's ``MaskableMultiCategoricalDistribution`` builds one torch ``Categorical`` per
 head, each validating its arguments, on every forward pass. The cross-exploration action has
-64 heads, so that bookkeeping cost more than the policy network and the environment's
-cost-model step together during pretraining. :class:`MaskedHeads` is the same distribution
+64 heads, so in pretraining that bookkeeping cost more than the environment's cost-model
+step (profiled on a small GEMM: 7 s of 16 against 6 s). :class:`MaskedHeads` is the same distribution
 (masked logits at sb3-contrib's ``-1e8``, masked entries adding nothing to the entropy) on a
 ``(batch, heads, widest head)`` tensor, the shorter heads padded with entries that are never
 chosen; the policy network and its checkpoints are unchanged.
