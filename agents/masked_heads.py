@@ -3,17 +3,16 @@
 sb3-contrib's ``MaskableMultiCategoricalDistribution`` builds one torch ``Categorical`` per
 head, each validating its arguments, on every forward pass. The cross-exploration action has
 64 heads, so in pretraining that bookkeeping cost more than the environment's cost-model
-step (profiled on a small GEMM: 7 s of 16 against 6 s). :class:`MaskedHeads` is the same distribution
-(masked logits at sb3-contrib's ``-1e8``, masked entries adding nothing to the entropy) on a
-``(batch, heads, widest head)`` tensor, the shorter heads padded with entries that are never
-chosen; the policy network and its checkpoints are unchanged.
+step (profiled on a small GEMM: 7 s of 16 against 6 s). :class:`MaskedHeads` is the same
+distribution (masked logits at sb3-contrib's ``-1e8``, masked entries adding nothing to the
+entropy) on a ``(batch, heads, widest head)`` tensor, the shorter heads padded with entries
+that are never chosen; the policy network and its checkpoints are unchanged.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
 import torch
 from sb3_contrib.common.maskable.distributions import (
     MaskableMultiCategoricalDistribution,
@@ -36,6 +35,7 @@ class MaskedHeads(MaskableMultiCategoricalDistribution):
         self.heads, self.width = len(self.action_dims), int(dims.max())
         self._real = torch.arange(self.width)[None, :] < dims[:, None]
         self._index = self._real.flatten().nonzero().squeeze(1)
+        self._fill = torch.where(self._real, MASKED, PADDING)  # a masked entry's logit
         self._raw = torch.empty(0)
         self.masks = torch.empty(0, dtype=torch.bool)
         self.logits = torch.empty(0)
@@ -54,11 +54,9 @@ class MaskedHeads(MaskableMultiCategoricalDistribution):
         if masks is None:
             self.masks = self._real.expand(self._raw.shape[0], -1, -1)
         else:
-            flat = torch.as_tensor(np.asarray(masks) if not torch.is_tensor(masks) else masks,
-                                   dtype=torch.bool).view(-1, sum(self.action_dims))
+            flat = torch.as_tensor(masks, dtype=torch.bool).view(-1, sum(self.action_dims))
             self.masks = self._padded(flat, False)
-        logits = torch.where(self.masks, self._raw,
-                             torch.where(self._real, MASKED, PADDING).to(self._raw.dtype))
+        logits = torch.where(self.masks, self._raw, self._fill.to(self._raw.dtype))
         self.logits = logits - logits.logsumexp(-1, keepdim=True)
 
     def log_prob(self, actions: torch.Tensor) -> torch.Tensor:

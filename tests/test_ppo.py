@@ -11,6 +11,7 @@ import tempfile
 import numpy as np
 import pytest
 import torch
+from sb3_contrib.common.maskable.distributions import MaskableMultiCategoricalDistribution
 
 import agents
 from agents.checkpoint import POLICY, SETTINGS
@@ -151,8 +152,6 @@ def test_masked_heads_are_sb3_contribs_distribution_batched():
     """Log-probabilities of allowed actions, entropies, modes and their gradients equal
     sb3-contrib's per-head distribution, with masks (one head wholly masked) and without;
     samples never take a masked value."""
-    from sb3_contrib.common.maskable.distributions import MaskableMultiCategoricalDistribution
-
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
     logits = torch.randn(6, sum(ACTION_NVEC), requires_grad=True)
