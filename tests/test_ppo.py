@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 import pickle
 import tempfile
+from collections.abc import Callable
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -273,3 +275,52 @@ def test_altenv_train_stages_write_a_checkpoint_with_a_card(tmp_path, capsys):
     assert main(["train", str(config), "--output-dir", str(tmp_path), "--quiet"]) == 0
     assert RecordDB(run / "corpus" / "records.jsonl").count() == 12
     assert RecordDB(run / "records.jsonl").count() == 8
+
+
+def _mean_step_reward(env: gym.Env, act: Callable[[np.ndarray, np.ndarray], np.ndarray],
+                      episodes: int) -> float:
+    """Mean reward per step of ``act(obs, mask)`` over ``episodes`` seeded episodes."""
+    total, steps = 0.0, 0
+    for episode in range(episodes):
+        obs, _ = env.reset(seed=10_000 + episode)
+        done = False
+        while not done:
+            obs, reward, terminated, truncated, _ = env.step(
+                act(obs, env.unwrapped.action_masks()))
+            total, steps, done = total + reward, steps + 1, terminated or truncated
+    return total / steps
+
+
+@pytest.mark.slow
+def test_ppo_learns_the_loop_walk_on_a_fixed_cost_model():
+    """ALT's loop actors learn: on the shipped cost model's rewards (fixed: nothing is
+    measured), walks starting from random points earn more per step after 12 PPO updates
+    than a random walk and than staying put. A broken gradient, mask, distribution or
+    reward leaves the policy at the random walk's level, far below the margin (measured
+    1.33-1.55x over random and 1.63-1.90x over staying on 5 seeds; 0.82x and 1.01x
+    with a learning rate of 0)."""
+    env = gym.make("altenv/LoopTuning-v0", workload="gmm:M=64,N=64,K=64",
+                   reward_source="cost_model", batch=1, episode_length=16)
+    nvec = env.action_space.nvec
+    rng = np.random.default_rng(0)
+
+    def random_walk(obs: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        heads = np.split(mask, np.cumsum(nvec)[:-1])
+        return np.array([rng.choice(np.flatnonzero(h)) for h in heads])
+
+    def stay(obs: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        return np.zeros(len(nvec), dtype=np.int64)
+
+    agent = PPOAgent(seed=0, checkpoint=None, n_steps=64, batch_size=32, n_epochs=4,
+                     learning_rate=1e-3, layout_share=None)
+    steps_per_second = agent.pretrain(lambda: env, 12 * 64)
+    assert steps_per_second > 0 and agent.updates["pretrain"] == 12
+    env = gym.make("altenv/LoopTuning-v0", workload="gmm:M=64,N=64,K=64",
+                   reward_source="cost_model", batch=1, episode_length=16)
+
+    def policy(obs: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        return agent.model.predict(obs, action_masks=mask)[0]
+
+    learned = _mean_step_reward(env, policy, 16)
+    assert learned > 1.2 * _mean_step_reward(env, random_walk, 16)
+    assert learned > 1.4 * _mean_step_reward(env, stay, 16)
