@@ -1,5 +1,5 @@
 """Shared fixtures: a tiny torch network file for the model-level tests, and a loopback
-RPC device behind a tracker."""
+RPC device behind a tracker; slow tests are handed out first."""
 
 from __future__ import annotations
 
@@ -12,6 +12,13 @@ from tvm.rpc.tracker import Tracker
 from tvm.s_tir.meta_schedule.runner import RPCConfig
 
 from altenv.measure import RPCSettings
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Slow tests first (a stable sort): pytest-xdist hands tests out in this order, so on a
+    2-core machine the long ones start at once instead of running last with one core idle."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
 
 TINY_MODEL = '''
 import torch
