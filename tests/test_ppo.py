@@ -299,8 +299,11 @@ def test_ppo_learns_the_loop_walk_on_a_fixed_cost_model():
     reward leaves the policy at the random walk's level, far below the margin (measured
     1.33-1.55x over random and 1.63-1.90x over staying on 5 seeds; 0.82x and 1.01x
     with a learning rate of 0)."""
-    env = gym.make("altenv/LoopTuning-v0", workload="gmm:M=64,N=64,K=64",
-                   reward_source="cost_model", batch=1, episode_length=16)
+    def make() -> gym.Env:  # batch=1: each walk starts from one random point
+        return gym.make("altenv/LoopTuning-v0", workload="gmm:M=64,N=64,K=64",
+                        reward_source="cost_model", batch=1, episode_length=16)
+
+    env = make()
     nvec = env.action_space.nvec
     rng = np.random.default_rng(0)
 
@@ -313,10 +316,8 @@ def test_ppo_learns_the_loop_walk_on_a_fixed_cost_model():
 
     agent = PPOAgent(seed=0, checkpoint=None, n_steps=64, batch_size=32, n_epochs=4,
                      learning_rate=1e-3, layout_share=None)
-    steps_per_second = agent.pretrain(lambda: env, 12 * 64)
+    steps_per_second = agent.pretrain(make, 12 * 64)
     assert steps_per_second > 0 and agent.updates["pretrain"] == 12
-    env = gym.make("altenv/LoopTuning-v0", workload="gmm:M=64,N=64,K=64",
-                   reward_source="cost_model", batch=1, episode_length=16)
 
     def policy(obs: np.ndarray, mask: np.ndarray) -> np.ndarray:
         return agent.model.predict(obs, action_masks=mask)[0]
