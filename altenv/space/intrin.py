@@ -59,6 +59,9 @@ def _load_families(families: tuple[str, ...]) -> None:
         _load_missing(families)
 
 
+_STACK = inspect.stack
+
+
 def _frames(context: int = 1) -> list[inspect.FrameInfo]:
     """``inspect.stack(context)`` of the caller without module lookups: each frame with its
     file name as compiled, its line number and (``context=1``) its current source line."""
@@ -72,9 +75,6 @@ def _frames(context: int = 1) -> list[inspect.FrameInfo]:
                                         [line] if line else None, 0 if line else None))
         frame = frame.f_back
     return frames
-
-
-_STACK = inspect.stack
 
 
 def _load_missing(families: tuple[str, ...]) -> None:
