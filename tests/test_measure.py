@@ -324,3 +324,37 @@ def test_sigint_deferred_raises_after_the_block():
         assert reached and seen == [signal.SIGINT]
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_metaschedule_logging_stays_inside_the_tuning_call(tmp_path, capsys):
+    """MetaSchedule's own logger set-up (a console handler on the stdout of the moment, file
+    handlers, a logger per task) is undone when the call ends, so a later MetaSchedule
+    message neither prints nor writes to a stream that has since closed."""
+    import logging
+
+    from tvm.s_tir.meta_schedule.logging import create_loggers
+
+    from altenv.measure.metaschedule import metaschedule_logging_contained
+
+    logger = logging.getLogger("tvm.s_tir.meta_schedule")
+    mine = logging.StreamHandler()  # a handler the user attached, unnamed
+    logger.addHandler(mine)
+    try:
+        before = (list(logger.handlers), logger.level, logger.propagate)
+        with metaschedule_logging_contained():
+            create_loggers(str(tmp_path), [{"log_dir": str(tmp_path), "logger_name":
+                                            "tvm.s_tir.meta_schedule.logging.task_0"}])
+            task = logging.getLogger("tvm.s_tir.meta_schedule.logging.task_0")
+            added = [h for h in logger.handlers + task.handlers if h is not mine]
+            assert {h.get_name() for h in added} >= {"tvm.s_tir.meta_schedule.console"}
+            logger.info("inside")
+        assert "inside" in capsys.readouterr().out
+        assert (list(logger.handlers), logger.level, logger.propagate) == before
+        assert task.handlers == []
+        assert all(getattr(h, "stream", None) is None or h.stream.closed for h in added
+                   if isinstance(h, logging.FileHandler))
+        logger.removeHandler(mine)
+        logger.info("after")
+        assert "after" not in capsys.readouterr().out
+    finally:
+        logger.removeHandler(mine)

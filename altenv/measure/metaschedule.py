@@ -24,19 +24,45 @@ from .signals import sigint_blocked
 
 
 @contextlib.contextmanager
-def _unnamed_log_handlers_detached(name: str = "tvm.s_tir.meta_schedule") -> Iterator[None]:
-    """MetaSchedule's logging set-up feeds the names of its logger's handlers to
-    ``logging.config.dictConfig`` and fails on an unnamed one (pytest's log capture attaches
-    such handlers after a first tuning run); keep those aside while tuning."""
+def metaschedule_logging_contained(name: str = "tvm.s_tir.meta_schedule") -> Iterator[None]:
+    """Keep MetaSchedule's logging set-up inside the tuning call.
+
+    Each tuning call runs ``logging.config.dictConfig``: it feeds the names of the logger's
+    handlers back in (and fails on an unnamed one, such as pytest's log capture), attaches a
+    console handler bound to whatever ``sys.stdout`` is at that moment, file handlers in the
+    work directory, and a logger per task. Left in place, a later MetaSchedule message (a
+    ``LocalRunner`` being made) prints on stdout or, when that stream has since closed, a
+    logging traceback. So unnamed handlers wait aside, and on exit every handler the call
+    added under ``name`` is closed and the logger's handlers, level and propagation are put
+    back."""
     logger = logging.getLogger(name)
+    before = {n: list(lg.handlers) for n, lg in _loggers_under(name).items()}
+    level, propagate = logger.level, logger.propagate
     unnamed = [h for h in logger.handlers if h.get_name() is None]
     for handler in unnamed:
         logger.removeHandler(handler)
     try:
         yield
     finally:
-        for handler in unnamed:
-            logger.addHandler(handler)
+        for n, lg in _loggers_under(name).items():
+            kept = before.get(n, [])
+            for handler in [h for h in lg.handlers if h not in kept]:
+                lg.removeHandler(handler)
+                handler.close()
+        for handler in before[name]:
+            if handler not in logger.handlers:
+                logger.addHandler(handler)
+        logger.setLevel(level)
+        logger.propagate = propagate
+
+
+def _loggers_under(name: str) -> dict[str, logging.Logger]:
+    """``name``'s logger and every logger below it made so far."""
+    found = {name: logging.getLogger(name)}
+    for n, lg in list(logging.root.manager.loggerDict.items()):
+        if n.startswith(name + ".") and isinstance(lg, logging.Logger):
+            found[n] = lg
+    return found
 
 
 @contextlib.contextmanager
@@ -65,7 +91,7 @@ def metaschedule_session(
         else:
             runner = LocalRunner(timeout_sec=config.run_timeout, evaluator_config=timing)
     try:
-        with tune_context_intrins(target), _unnamed_log_handlers_detached():
+        with tune_context_intrins(target), metaschedule_logging_contained():
             yield builder, runner
     finally:
         builder.shutdown()
