@@ -119,16 +119,21 @@ def _cell_program(suite: BenchSuite, entry: NetEntry, cell: dict[str, Any], outp
     return network_baseline(label, network, inputs), network
 
 
-def retime_net(suite: BenchSuite, entry: NetEntry, cells: list[dict[str, Any]], output: Path,
-               baselines: list[str], rounds: int = 10) -> dict[str, Any]:
-    """Rebuild every finished cell's network and the baselines, check them against torch,
-    time them interleaved; writes and returns ``timing.json``."""
+def _built(suite: BenchSuite, entry: NetEntry, cells: list[dict[str, Any]], output: Path
+           ) -> tuple[Any, list[Any], Any, list[tuple[Any, Any]]]:
+    """The entry's model, its timing inputs and torch's outputs on them, and every finished
+    cell's network (:func:`_cell_program`)."""
     model = load_model(entry.model, seed=0, **entry.options)
     inputs = model.random_inputs(12345)
-    expected = model.reference(inputs)
+    built = [_cell_program(suite, entry, cell, output, model, inputs) for cell in cells]
+    return model, inputs, model.reference(inputs), built
+
+
+def _retime(suite: BenchSuite, entry: NetEntry, cells: list[dict[str, Any]], output: Path,
+            baselines: list[str], rounds: int, model: Any, inputs: list[Any], expected: Any,
+            built: list[tuple[Any, Any]]) -> dict[str, Any]:
     runs, extras = [], {}
-    for cell in cells:
-        run, network = _cell_program(suite, entry, cell, output, model, inputs)
+    for run, network in built:
         if network is not None:
             conv, total = conversion_cost(network, inputs)
             extras[run.name] = {"conversions": len(network.conversions),
@@ -152,22 +157,41 @@ def retime_net(suite: BenchSuite, entry: NetEntry, cells: list[dict[str, Any]], 
     return timing
 
 
+def _profile(entry: NetEntry, built: list[tuple[Any, Any]], timing: dict[str, Any],
+             output: Path, rounds: int) -> str:
+    latency = {label: prog["median_s"] for label, prog in timing.get("programs", {}).items()}
+    sources = {run.name: run.kernels for run, _ in built}
+    return write_profile(entry.name, profile_kernels(sources, rounds), latency,
+                         output / entry.name)
+
+
+def retime_net(suite: BenchSuite, entry: NetEntry, cells: list[dict[str, Any]], output: Path,
+               baselines: list[str], rounds: int = 10) -> dict[str, Any]:
+    """Rebuild every finished cell's network and the baselines, check them against torch,
+    time them interleaved; writes and returns ``timing.json``."""
+    return _retime(suite, entry, cells, output, baselines, rounds,
+                   *_built(suite, entry, cells, output))
+
+
 def profile_net(suite: BenchSuite, entry: NetEntry, cells: list[dict[str, Any]], output: Path,
                 rounds: int = 5) -> str:
     """Every finished cell's network rebuilt, checked against torch and profiled per kernel,
     all kernels interleaved (:func:`~altenv.graph.kernels.profile_kernels`); writes
     ``profile.csv`` and ``profile.png`` next to the entry's ``timing.json`` and returns the
     printed summary."""
-    model = load_model(entry.model, seed=0, **entry.options)
-    inputs = model.random_inputs(12345)
-    expected = model.reference(inputs)
-    sources = {}
-    for cell in cells:
-        run, _ = _cell_program(suite, entry, cell, output, model, inputs)
+    _, _, expected, built = _built(suite, entry, cells, output)
+    for run, _ in built:
         check_baseline(run, expected, rtol=1e-4)
-        sources[run.name] = run.kernels
     timing_file = output / entry.name / "timing.json"
     timing = json.loads(timing_file.read_text()) if timing_file.exists() else {}
-    latency = {label: prog["median_s"] for label, prog in timing.get("programs", {}).items()}
-    return write_profile(entry.name, profile_kernels(sources, rounds), latency,
-                         output / entry.name)
+    return _profile(entry, built, timing, output, rounds)
+
+
+def retime_and_profile_net(suite: BenchSuite, entry: NetEntry, cells: list[dict[str, Any]],
+                           output: Path, baselines: list[str]) -> tuple[dict[str, Any], str]:
+    """:func:`retime_net`, then :func:`profile_net` on the networks it built and checked
+    (each network is built once: for a large model that is most of the profile's time)."""
+    model, inputs, expected, built = _built(suite, entry, cells, output)
+    timing = _retime(suite, entry, cells, output, baselines, 10, model, inputs, expected,
+                     built)
+    return timing, _profile(entry, built, timing, output, 5)

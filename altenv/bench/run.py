@@ -19,7 +19,7 @@ from ..config import ConfigError
 from ..measure.signals import exit_on_sigint, sigint_blocked
 from ..pipeline.checks import check_device, load_user_model, make_agent
 from ..suites import BenchSuite
-from .net import profile_net, retime_net, tune_net_cell
+from .net import profile_net, retime_and_profile_net, retime_net, tune_net_cell
 from .ops import retime_workload, tune_cell
 
 # the measure fields that decide what a latency means; the rest (timeouts, workers) do not
@@ -99,11 +99,16 @@ def run_bench(suite: BenchSuite, output: str | Path, pattern: str | None = None,
                 cells.append(tune(suite, entry, tuner, seed, output, budget, suite.measure,
                                   progress, repair))
         print(f"[bench] {entry.name}: re-timing {len(cells)} {what} and "
-              f"{len(suite.baselines)} baselines interleaved")
-        timings.append(_in_fresh_process(time_entry, suite, entry, cells, output,
-                                         suite.baselines))
-        if profile:
-            _profile(suite, entry, timings[-1], output)
+              f"{len(suite.baselines)} baselines interleaved" + (
+                  ", then profiling them per kernel" if profile else ""))
+        if profile:  # in one process, each network built once
+            timing, text = _in_fresh_process(retime_and_profile_net, suite, entry, cells,
+                                             output, suite.baselines)
+            print(text, end="")
+        else:
+            timing = _in_fresh_process(time_entry, suite, entry, cells, output,
+                                       suite.baselines)
+        timings.append(timing)
     return timings
 
 
