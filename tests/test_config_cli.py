@@ -119,7 +119,7 @@ def _run_until(cmd: list[str], records: Path, count: int) -> subprocess.Popen:
     return proc
 
 
-BUDGET = 48
+BUDGET = 24
 
 
 @pytest.mark.slow
@@ -130,7 +130,8 @@ def test_tune_interrupted_killed_damaged_and_resumed(tmp_path, capsys):
     line; with --repair it moves both aside and resumes. Every record is kept, nothing is
     measured twice, the run stops at the budget."""
     args = ["tune", "--workload", "gmm:M=32,N=32,K=32", "--name", "k", "--budget", str(BUDGET),
-            "--output-dir", str(tmp_path), "--quiet"]
+            "--output-dir", str(tmp_path), "--quiet",
+            "--set", "agent.options.ms_population=32"]  # a test-sized loop search
     cmd = [sys.executable, "-m", "altenv.cli", *args]
     records = tmp_path / "k" / "records.jsonl"
     proc = _run_until(cmd, records, 4)
