@@ -1,5 +1,6 @@
-"""Shared fixtures: a tiny torch network file for the model-level tests, and a loopback
-RPC device behind a tracker; slow tests are handed out first."""
+"""Shared fixtures: a tiny torch network file for the model-level tests, a loopback
+RPC device behind a tracker, SB3 logs kept in pytest's temp directory; slow tests are
+handed out first."""
 
 from __future__ import annotations
 
@@ -18,6 +19,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Slow tests first (a stable sort): pytest-xdist hands tests out in this order, so on a
     2-core machine the long ones start at once instead of running last with one core idle."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _sb3_logs_in_pytests_tmp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Bare SB3 models (the env tests, the SB3 example) log to ``$SB3_LOGDIR``, else to a
+    new ``SB3-<time>`` folder in the system's temp directory on every ``learn()``: keep
+    them in pytest's."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("SB3_LOGDIR", str(tmp_path_factory.mktemp("sb3")))
+    yield
+    mp.undo()
 
 
 TINY_MODEL = '''
