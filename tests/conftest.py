@@ -26,10 +26,9 @@ def _sb3_logs_in_pytests_tmp(tmp_path_factory: pytest.TempPathFactory) -> Iterat
     """Bare SB3 models (the env tests, the SB3 example) log to ``$SB3_LOGDIR``, else to a
     new ``SB3-<time>`` folder in the system's temp directory on every ``learn()``: keep
     them in pytest's."""
-    mp = pytest.MonkeyPatch()
-    mp.setenv("SB3_LOGDIR", str(tmp_path_factory.mktemp("sb3")))
-    yield
-    mp.undo()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SB3_LOGDIR", str(tmp_path_factory.mktemp("sb3")))
+        yield
 
 
 TINY_MODEL = '''

@@ -371,4 +371,3 @@ def test_net_bench_tiny_model(tmp_path, tiny_model):
     assert all(float(k["in_network_us_per_call"]) >= 0 for k in kernels)  # not NaN either
     assert all(float(k["cold_us_per_call"]) > 0 for k in kernels)  # timed cold on the CPU
     assert (out / "tiny" / "profile.png").exists()
-

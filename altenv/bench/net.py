@@ -188,10 +188,11 @@ def profile_net(suite: BenchSuite, entry: NetEntry, cells: list[dict[str, Any]],
 
 
 def retime_and_profile_net(suite: BenchSuite, entry: NetEntry, cells: list[dict[str, Any]],
-                           output: Path, baselines: list[str]) -> tuple[dict[str, Any], str]:
+                           output: Path, baselines: list[str], rounds: int = 10,
+                           profile_rounds: int = 5) -> tuple[dict[str, Any], str]:
     """:func:`retime_net`, then :func:`profile_net` on the networks it built and checked
     (each network is built once: for a large model that is most of the profile's time)."""
     model, inputs, expected, built = _built(suite, entry, cells, output)
-    timing = _retime(suite, entry, cells, output, baselines, 10, model, inputs, expected,
+    timing = _retime(suite, entry, cells, output, baselines, rounds, model, inputs, expected,
                      built)
-    return timing, _profile(entry, built, timing, output, 5)
+    return timing, _profile(entry, built, timing, output, profile_rounds)
