@@ -194,6 +194,37 @@ def test_correctness_check_rejects_a_wrong_candidate(measurer: LocalMeasurer) ->
     assert not no_reference.ok and no_reference.error.startswith("correctness reference failed")
 
 
+@pytest.mark.slow
+def test_a_metaschedule_call_tunes_on_an_open_measurers_workers(measurer: LocalMeasurer,
+                                                                 tmp_path) -> None:
+    """A MetaSchedule session lent the measurer's builder and runner starts no process of
+    its own and leaves them running; its candidates are timed with MetaSchedule's own
+    evaluator, not the check of the candidate the measurer timed last (a 64x64 matmul's
+    reference would fail every 32x32 one); other settings get a session of their own."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from altenv.measure.metaschedule import metaschedule_session
+
+    right = CorrectnessCheck(lambda a, b: a @ b)
+    assert measurer.measure([MeasureCandidate(tiled_matmul(16), right)])[0].ok
+    workers = measurer.builder.worker_pids()
+    with metaschedule_session(measurer.config, measurer.target, measurer=measurer) as pair:
+        assert pair == (measurer.builder, measurer.runner)
+        database = ms.tune_tir(matmul(32), measurer.target, str(tmp_path), max_trials_global=4,
+                               num_trials_per_iter=4, builder=pair[0], runner=pair[1],
+                               strategy="replay-trace")
+    records = database.get_all_tuning_records()
+    assert len(records) == 4
+    assert all(r.run_secs and all(0 < float(t) < 1 for t in r.run_secs) for r in records)
+    assert workers <= measurer.builder.worker_pids()  # the pool's own workers, still running
+    good, bad = measurer.measure([MeasureCandidate(tiled_matmul(8), c) for c in (
+        right, CorrectnessCheck(lambda a, b: a @ b.T))])
+    assert good.ok and not bad.ok  # checked again
+    other = measurer.config.model_copy(update={"repeat": 1})
+    with metaschedule_session(other, measurer.target, measurer=measurer) as (builder, runner):
+        assert builder is not measurer.builder and runner is not measurer.runner
+
+
 def test_check_inputs_are_random_and_never_zero() -> None:
     check = CorrectnessCheck(lambda a: a * 2)
     path = check.data_file([("float32", (32, 32)), ("float32", (32, 32))])

@@ -26,7 +26,7 @@ from tvm.s_tir.meta_schedule.search_strategy import SearchStrategy
 from ..graph.build import with_func
 from ..graph.kernels import KernelSource, kernel_calls, kind_of
 from ..graph.network import NetworkBuild
-from ..measure import MeasureConfig
+from ..measure import MeasureConfig, Measurer
 from ..measure.chains import upload
 from ..measure.check import WrongResultError, max_relative_error
 from ..measure.metaschedule import metaschedule_session
@@ -184,6 +184,7 @@ def tune_relax_baseline(
     max_trials_per_task: int | None = None,
     prepack: bool = True,
     seed: int = 0,
+    measurer: Measurer | None = None,
 ) -> Baseline:
     """Tune every fused task of ``mod`` with MetaSchedule for exactly ``max_trials`` measured
     candidates in all (persistent-worker builder, ``LocalRunner``) and build the network from
@@ -191,13 +192,14 @@ def tune_relax_baseline(
     their own weight layouts; the weights are converted once by ``main_transform_params``
     before timing. ``strategy`` as in :func:`~altenv.baselines.tune_tir_baseline`.
     ``num_trials_per_iter`` (MetaSchedule's round size per task; ``None``:
-    :func:`round_size`) decides how many tasks the budget reaches. Raises
-    :class:`NoValidMeasurementsError` when nothing valid was measured."""
+    :func:`round_size`) decides how many tasks the budget reaches; an open ``measurer`` with
+    ``config`` lends its workers. Raises :class:`NoValidMeasurementsError` when nothing
+    valid was measured."""
     tgt = make_target(target)
     config = config or MeasureConfig()
     fused = _fused_for_tuning(mod, tgt, prepack)
     start = time.perf_counter()
-    with metaschedule_session(config, tgt) as (builder, runner):
+    with metaschedule_session(config, tgt, measurer=measurer) as (builder, runner):
         tasks = ms.relax_integration.extract_tasks(fused, tgt)
         contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
             tasks, str(work_dir), strategy=strategy, num_threads=target_cores(tgt), seed=seed)

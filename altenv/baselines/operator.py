@@ -16,7 +16,7 @@ import tvm
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.search_strategy import SearchStrategy
 
-from ..measure import MeasureConfig, as_module
+from ..measure import MeasureConfig, Measurer, as_module
 from ..measure.check import random_array
 from ..measure.metaschedule import metaschedule_session
 from ..ops import EPILOGUE_INPUTS, OpProgram, generate
@@ -78,19 +78,22 @@ def tune_tir_baseline(
     num_trials_per_iter: int = 64,
     strategy: SearchStrategy.SearchStrategyType = "evolutionary",
     seed: int = 0,
+    measurer: Measurer | None = None,
     raw: Mapping[str, np.ndarray] | None = None,
 ) -> Baseline:
     """Tune ``program.func`` with MetaSchedule's ``tune_tir`` for exactly ``max_trials``
     measured candidates (persistent-worker builder, ``LocalRunner`` with ``config``'s timing)
     and compile its best schedule. ``strategy`` is MetaSchedule's search strategy (its
-    default evolutionary search unless given, e.g. a smaller population). Raises
+    default evolutionary search unless given, e.g. a smaller population); an open
+    ``measurer`` with ``config`` lends its workers
+    (:func:`~altenv.measure.metaschedule.metaschedule_session`). Raises
     :class:`NoValidMeasurementsError` when no candidate was measured successfully (the tuning
     log is in ``work_dir/logs``)."""
     tgt = make_target(target)
     config = config or MeasureConfig()
     mod = as_module(program.func)
     start = time.perf_counter()
-    with metaschedule_session(config, tgt) as (builder, runner):
+    with metaschedule_session(config, tgt, measurer=measurer) as (builder, runner):
         database = ms.tune_tir(
             mod, tgt, str(work_dir), max_trials_global=max_trials,
             num_trials_per_iter=min(num_trials_per_iter, max_trials), builder=builder,

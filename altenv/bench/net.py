@@ -35,6 +35,7 @@ from ..graph.tasks import extract_tasks
 from ..measure import MeasureConfig
 from ..measure.timing import summaries, time_interleaved
 from ..pipeline import RunDir, best_schedules, tune_model
+from ..pipeline.devices import SharedMeasurer
 from ..suites import BenchSuite, NetEntry
 from ..target import make_target
 from .ops import METASCHEDULE, cell_dir, cell_lock
@@ -51,18 +52,18 @@ def _run_config(suite: BenchSuite, entry: NetEntry, tuner: str, seed: int, path:
 
 
 def tune_net_cell(suite: BenchSuite, entry: NetEntry, tuner: str, seed: int, output: Path,
-                  budget: int, measure: MeasureConfig, progress: bool = True,
+                  budget: int, measurers: SharedMeasurer, progress: bool = True,
                   repair: bool = False) -> dict[str, Any]:
     """Tune one network cell unless its ``cell.json`` says it is finished (locked while it
-    is tuned, :func:`~altenv.bench.ops.cell_lock`)."""
+    is tuned, :func:`~altenv.bench.ops.cell_lock`), on the bench's shared measurer."""
     path = cell_dir(output, entry, tuner, seed)
     with cell_lock(path):
-        return _tune_net_cell(suite, entry, tuner, seed, path, budget, measure, progress,
+        return _tune_net_cell(suite, entry, tuner, seed, path, budget, measurers, progress,
                               repair)
 
 
 def _tune_net_cell(suite: BenchSuite, entry: NetEntry, tuner: str, seed: int, path: Path,
-                   budget: int, measure: MeasureConfig, progress: bool, repair: bool
+                   budget: int, measurers: SharedMeasurer, progress: bool, repair: bool
                    ) -> dict[str, Any]:
     done = path / "cell.json"
     if done.exists() and json.loads(done.read_text()).get("budget") == budget:
@@ -72,14 +73,16 @@ def _tune_net_cell(suite: BenchSuite, entry: NetEntry, tuner: str, seed: int, pa
         if path.exists():
             shutil.rmtree(path)
         model = load_model(entry.model, seed=0, **entry.options)
+        measurer = measurers.get()
         baseline = tune_relax_baseline(model.mod, model.params, model.random_inputs(0),
-                                       path, budget, target=suite.target, config=measure,
-                                       seed=seed)
+                                       path, budget, target=suite.target,
+                                       config=measurer.config, seed=seed, measurer=measurer)
         summary = {"trials": baseline.tuning.trials, "valid": baseline.tuning.valid,
                    "tuning_seconds": time.perf_counter() - start, "history": []}
     else:
-        result = tune_model(_run_config(suite, entry, tuner, seed, path, budget, measure),
-                            progress, repair)
+        measurer = measurers.get()
+        result = tune_model(_run_config(suite, entry, tuner, seed, path, budget,
+                                        measurer.config), progress, repair, measurer)
         summary = {"trials": result.trials, "tuning_seconds": result.tuning_seconds,
                    "history": []}
     summary.update(workload=entry.name, model=entry.model, tuner=tuner, seed=seed,

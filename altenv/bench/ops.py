@@ -36,11 +36,11 @@ from ..baselines import (
 from ..baselines.base import mean_run_seconds
 from ..costmodel import CostModel
 from ..lock import DirLock
-from ..measure import MeasureConfig
+from ..measure import Measurer
 from ..measure.timing import summaries
 from ..ops import generate
 from ..pipeline.checks import make_agent
-from ..pipeline.devices import open_measurer
+from ..pipeline.devices import SharedMeasurer
 from ..pipeline.replay import replay_best
 from ..records import RecordDB
 from ..space.loop_space import StaleRecordError
@@ -67,10 +67,10 @@ def cell_lock(path: Path) -> Iterator[None]:
 
 
 def _tune_agent_cell(suite: BenchSuite, entry: OpEntry, tuner: str, seed: int, path: Path,
-                     budget: int, measure: MeasureConfig, progress: bool, repair: bool
+                     budget: int, measurer: Measurer, progress: bool, repair: bool
                      ) -> dict[str, Any]:
-    """Tune one cell with an altenv agent; resumes from its records (no trial repeated) and
-    keeps the tuning seconds of earlier attempts in ``progress.json``."""
+    """Tune one cell with an altenv agent on ``measurer``; resumes from its records (no
+    trial repeated) and keeps the tuning seconds of earlier attempts in ``progress.json``."""
     path.mkdir(parents=True, exist_ok=True)
     progress_file = path / "progress.json"
     before = json.loads(progress_file.read_text())["seconds"] if progress_file.exists() else 0.0
@@ -80,8 +80,7 @@ def _tune_agent_cell(suite: BenchSuite, entry: OpEntry, tuner: str, seed: int, p
         progress_file.write_text(json.dumps({"seconds": before + time.perf_counter() - start}))
 
     task = OpTask(entry.spec, suite.target, entry.epilogue)
-    with open_measurer(suite.ray, measure, task.target) as measurer, \
-            RecordDB(path / "records.jsonl", repair) as db:
+    with RecordDB(path / "records.jsonl", repair) as db:
         session = TuningSession(task, measurer, db, CostModel(seed=seed))
         agent = make_agent(suite.agent(tuner), {"seed": seed})
         tune(session, agent, Budget.split(budget), progress=progress,
@@ -110,15 +109,16 @@ def metaschedule_history(work_dir: Path) -> list[float]:
 
 
 def _tune_metaschedule_cell(suite: BenchSuite, entry: OpEntry, seed: int, path: Path,
-                            budget: int, measure: MeasureConfig) -> dict[str, Any]:
+                            budget: int, measurer: Measurer) -> dict[str, Any]:
     """Tune one cell with MetaSchedule's ``tune_tir`` on the operator in its framework
-    layout (NCHW/OIHW, padding fused); a run cut short starts over."""
+    layout (NCHW/OIHW, padding fused), on ``measurer``'s workers where it lends them; a run
+    cut short starts over."""
     if path.exists():
         shutil.rmtree(path)
     program = generate(entry.spec, epilogue=entry.epilogue)
     start = time.perf_counter()
-    baseline = tune_tir_baseline(program, path, budget, target=suite.target, config=measure,
-                                 seed=seed)
+    baseline = tune_tir_baseline(program, path, budget, target=suite.target,
+                                 config=measurer.config, seed=seed, measurer=measurer)
     history = metaschedule_history(path)
     return {"trials": baseline.tuning.trials, "valid": baseline.tuning.valid,
             "tuning_seconds": time.perf_counter() - start,
@@ -148,10 +148,11 @@ def _best_decodes(suite: BenchSuite, entry: OpEntry, summary: dict[str, Any], pa
 
 
 def tune_cell(suite: BenchSuite, entry: OpEntry, tuner: str, seed: int, output: Path,
-              budget: int, measure: MeasureConfig, progress: bool = True,
+              budget: int, measurers: SharedMeasurer, progress: bool = True,
               repair: bool = False) -> dict[str, Any]:
     """Tune one cell unless its ``cell.json`` says it is finished; returns that summary.
-    The cell is locked while it is tuned (:func:`cell_lock`)."""
+    The cell is locked while it is tuned (:func:`cell_lock`); it measures on the bench's
+    shared measurer."""
     path = cell_dir(output, entry, tuner, seed)
     with cell_lock(path):
         done = path / "cell.json"
@@ -161,15 +162,16 @@ def tune_cell(suite: BenchSuite, entry: OpEntry, tuner: str, seed: int, output: 
                     tuner == METASCHEDULE or _best_decodes(suite, entry, summary, path)):
                 return summary
         if tuner == METASCHEDULE:
-            summary = _tune_metaschedule_cell(suite, entry, seed, path, budget, measure)
+            summary = _tune_metaschedule_cell(suite, entry, seed, path, budget,
+                                              measurers.get())
         else:
             try:
-                summary = _tune_agent_cell(suite, entry, tuner, seed, path, budget, measure,
-                                           progress, repair)
+                summary = _tune_agent_cell(suite, entry, tuner, seed, path, budget,
+                                           measurers.get(), progress, repair)
             except StaleRecordError as err:
                 _set_aside(path, err)
-                summary = _tune_agent_cell(suite, entry, tuner, seed, path, budget, measure,
-                                           progress, repair)
+                summary = _tune_agent_cell(suite, entry, tuner, seed, path, budget,
+                                           measurers.get(), progress, repair)
         summary.update(workload=entry.name, spec=entry.spec, tuner=tuner, seed=seed,
                        budget=budget)
         done.write_text(json.dumps(summary, indent=1))

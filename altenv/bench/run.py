@@ -18,6 +18,7 @@ from typing import Any
 from ..config import ConfigError
 from ..measure.signals import exit_on_sigint, sigint_blocked
 from ..pipeline.checks import check_device, load_user_model, make_agent
+from ..pipeline.devices import SharedMeasurer
 from ..suites import BenchSuite
 from .net import profile_net, retime_and_profile_net, retime_net, tune_net_cell
 from .ops import retime_workload, tune_cell
@@ -67,10 +68,10 @@ def run_bench(suite: BenchSuite, output: str | Path, pattern: str | None = None,
               progress: bool = True, retime: bool = False, profile: bool = False,
               repair: bool = False) -> list[dict[str, Any]]:
     """Tune and re-time the suite's entries whose names match ``pattern``; returns their
-    timings (``timing.json`` of each entry). ``profile`` (network suites) prints and writes
-    each entry's per-kernel profile after its timing; ``repair`` moves bad lines of the
-    cells' records aside (:class:`~altenv.records.RecordDB`). Everything is checked
-    (:func:`check_suite`) before the output directory is made."""
+    timings (``timing.json`` of each entry); the cells share one measurer. ``profile``
+    (network suites) prints and writes each entry's per-kernel profile after its timing;
+    ``repair`` moves bad lines of the cells' records aside (:class:`~altenv.records.RecordDB`).
+    Everything is checked (:func:`check_suite`) before the output directory is made."""
     if profile and suite.kind != "nets":
         raise ValueError("profile: network suites only (an operator entry is one kernel)")
     tune, time_entry, what = ((tune_cell, retime_workload, "programs") if suite.kind == "ops"
@@ -82,33 +83,34 @@ def run_bench(suite: BenchSuite, output: str | Path, pattern: str | None = None,
     output.mkdir(parents=True, exist_ok=True)
     (output / "suite.json").write_text(suite.model_dump_json(indent=1))
     timings = []
-    for entry in entries:
-        timing_file = output / entry.name / "timing.json"
-        if timing_file.exists() and not retime:
-            timing = json.loads(timing_file.read_text())
-            if _finished(suite, timing):
-                timings.append(timing)
-                if profile:
-                    _profile(suite, entry, timing, output)
-                continue
-        cells = []
-        for seed in range(suite.seeds):
-            for tuner in suite.tuners:
-                budget = suite.budget_of(tuner)
-                print(f"[bench] {entry.name}: {tuner} seed {seed}, {budget} trials")
-                cells.append(tune(suite, entry, tuner, seed, output, budget, suite.measure,
-                                  progress, repair))
-        print(f"[bench] {entry.name}: re-timing {len(cells)} {what} and "
-              f"{len(suite.baselines)} baselines interleaved" + (
-                  ", then profiling them per kernel" if profile else ""))
-        if profile:  # in one process, each network built once
-            timing, text = _in_fresh_process(retime_and_profile_net, suite, entry, cells,
-                                             output, suite.baselines)
-            print(text, end="")
-        else:
-            timing = _in_fresh_process(time_entry, suite, entry, cells, output,
-                                       suite.baselines)
-        timings.append(timing)
+    with SharedMeasurer(suite.ray, suite.measure, suite.target) as measurers:
+        for entry in entries:
+            timing_file = output / entry.name / "timing.json"
+            if timing_file.exists() and not retime:
+                timing = json.loads(timing_file.read_text())
+                if _finished(suite, timing):
+                    timings.append(timing)
+                    if profile:
+                        _profile(suite, entry, timing, output)
+                    continue
+            cells = []
+            for seed in range(suite.seeds):
+                for tuner in suite.tuners:
+                    budget = suite.budget_of(tuner)
+                    print(f"[bench] {entry.name}: {tuner} seed {seed}, {budget} trials")
+                    cells.append(tune(suite, entry, tuner, seed, output, budget, measurers,
+                                      progress, repair))
+            print(f"[bench] {entry.name}: re-timing {len(cells)} {what} and "
+                  f"{len(suite.baselines)} baselines interleaved" + (
+                      ", then profiling them per kernel" if profile else ""))
+            if profile:  # in one process, each network built once
+                timing, text = _in_fresh_process(retime_and_profile_net, suite, entry, cells,
+                                                 output, suite.baselines)
+                print(text, end="")
+            else:
+                timing = _in_fresh_process(time_entry, suite, entry, cells, output,
+                                           suite.baselines)
+            timings.append(timing)
     return timings
 
 

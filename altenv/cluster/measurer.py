@@ -23,7 +23,7 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError, WorkerC
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder
-from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, LocalRunner
+from tvm.s_tir.meta_schedule.runner import EvaluatorConfig
 from tvm.target import Target
 
 from ..measure import MeasureConfig, MeasureResult
@@ -32,6 +32,7 @@ from ..measure.chains import ChainTimer, time_chains
 from ..measure.check import CheckedEvaluator
 from ..measure.fleet import DeviceLost
 from ..measure.measurer import FleetMeasurer, time_artifact
+from ..measure.pool import LeanLocalRunner
 from ..measure.timing import TimingStats
 from ..target import target_cores, use_tvm_threads
 from .settings import RaySettings
@@ -112,7 +113,7 @@ class Device:
         target = self.target = Target(target)
         if str(target.kind.name) in ("llvm", "c"):
             use_tvm_threads(target_cores(target))
-        self.runner = LocalRunner(timeout_sec=timeout_sec)
+        self.runner = LeanLocalRunner(timeout_sec=timeout_sec)
         self.folder = tempfile.mkdtemp(prefix="altenv-device-")
         self.checks: dict[str, str] = {}
 

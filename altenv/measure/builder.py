@@ -23,7 +23,7 @@ from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 from tvm.support.popen_pool import StatusKind
 from tvm.target import Target
 
-from .signals import shielded_pool
+from .pool import worker_pool
 
 
 def preload_modules(modules: Sequence[str]) -> None:
@@ -69,7 +69,7 @@ class PersistentBuilder(PyBuilder):
     ) -> None:
         super().__init__()
         self.timeout_sec = timeout_sec
-        self.pool = shielded_pool(
+        self.pool = worker_pool(
             max_workers=max_workers,
             timeout=timeout_sec,
             initializer=preload_modules,

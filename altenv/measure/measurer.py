@@ -21,7 +21,6 @@ from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.meta_schedule.builder import BuilderInput
 from tvm.s_tir.meta_schedule.runner import (
     EvaluatorConfig,
-    LocalRunner,
     RPCRunner,
     Runner,
     RunnerInput,
@@ -34,8 +33,9 @@ from .chains import ChainTimer, local_timer, time_chains
 from .check import CheckedEvaluator
 from .config import MeasureConfig, RPCSettings
 from .fleet import DeviceLost, Fleet
+from .pool import LeanLocalRunner, worker_pool
 from .result import MeasureCandidate, MeasureResult
-from .signals import shielded_pool, sigint_blocked
+from .signals import sigint_blocked
 
 _DROPPED = re.compile(r"RPCCode::kReturn|connection (reset|refused|closed)|broken pipe|"
                       r"socket error|cannot connect", re.IGNORECASE)
@@ -115,6 +115,15 @@ class Measurer(ABC):
         """How a network's stages after tuning (the in-network and read-through choices)
         time chains of kernels: on the device this measurer times candidates on."""
         return local_timer(self.target)
+
+    def metaschedule_pair(self) -> tuple[Any, Runner] | None:
+        """This measurer's builder and runner for a MetaSchedule tuning call
+        (:func:`~altenv.measure.metaschedule.metaschedule_session`), set to time with its
+        settings and MetaSchedule's own evaluator; their workers are already running, so a
+        model run's other kernels and a bench's MetaSchedule cells start none of their own.
+        ``None`` where this measurer does not time with a MetaSchedule runner of its own
+        (several devices, a cluster)."""
+        return None
 
     def device_session(self) -> Any:
         """A TVM RPC session on the device this measurer times candidates on, for a
@@ -204,10 +213,14 @@ class LocalMeasurer(Measurer):
     worker process; a crash or a timeout kills and restarts it)."""
 
     def _make_runner(self) -> Runner:
-        return LocalRunner(
+        return LeanLocalRunner(
             timeout_sec=self.config.run_timeout,
             evaluator_config=self.evaluator_config,
         )
+
+    def metaschedule_pair(self) -> tuple[PersistentBuilder, Runner]:
+        self.runner.evaluator_config, self.runner.f_run_evaluator = self.evaluator_config, None
+        return self.builder, self.runner
 
 
 class FleetMeasurer(Measurer):
@@ -274,7 +287,7 @@ class RPCMeasurer(FleetMeasurer):
                            evaluator_config=self.evaluator_config)
         # the client-side timeout: MetaSchedule's pool kills a worker stuck past it
         runner.pool.shutdown(wait=True)
-        runner.pool = shielded_pool(
+        runner.pool = worker_pool(
             max_workers=1, timeout=self.config.run_timeout + self.config.rpc.connect_timeout)
         return runner
 

@@ -12,15 +12,20 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, LocalRunner, RPCRunner, Runner
+from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, RPCRunner, Runner
 from tvm.target import Target
 
 from ..space.intrin import tune_context_intrins
 from ..target import target_cores, use_tvm_threads
 from .builder import PersistentBuilder
 from .config import MeasureConfig
+from .pool import LeanLocalRunner
 from .signals import sigint_blocked
+
+if TYPE_CHECKING:
+    from .measurer import Measurer
 
 
 @contextlib.contextmanager
@@ -67,14 +72,25 @@ def _loggers_under(name: str) -> dict[str, logging.Logger]:
 
 @contextlib.contextmanager
 def metaschedule_session(
-    config: MeasureConfig, target: Target, remote: bool = False
+    config: MeasureConfig, target: Target, remote: bool = False,
+    measurer: Measurer | None = None,
 ) -> Iterator[tuple[PersistentBuilder, Runner]]:
     """Everything a MetaSchedule tuning call needs here: only ``target``'s tensor intrinsics
     registered (see :mod:`altenv.space.intrin`), a persistent-worker builder and a
     ``LocalRunner`` with ``config``'s settings whose workers run ``target_cores(target)``
     TVM threads; with ``remote`` and ``config.rpc``, an ``RPCRunner`` on the devices behind
-    the tracker key instead. Workers are shut down on exit."""
+    the tracker key instead. An open ``measurer`` with the same settings and target lends
+    its own builder and runner where it has them
+    (:meth:`~altenv.measure.Measurer.metaschedule_pair`), which stay running; otherwise the
+    session starts its own and shuts them down on exit."""
     use_tvm_threads(target_cores(target))
+    same = measurer is not None and measurer.config == config and \
+        str(measurer.target) == str(target)
+    lent = measurer.metaschedule_pair() if same else None
+    if lent is not None:
+        with tune_context_intrins(target), metaschedule_logging_contained():
+            yield lent
+        return
     builder = PersistentBuilder(
         max_workers=config.build_workers,
         timeout_sec=config.build_timeout,
@@ -89,7 +105,7 @@ def metaschedule_session(
             runner = RPCRunner(config.rpc.session_config(config.run_timeout), timing,
                                max_workers=config.rpc.max_workers)
         else:
-            runner = LocalRunner(timeout_sec=config.run_timeout, evaluator_config=timing)
+            runner = LeanLocalRunner(timeout_sec=config.run_timeout, evaluator_config=timing)
     try:
         with tune_context_intrins(target), metaschedule_logging_contained():
             yield builder, runner

@@ -5,8 +5,9 @@ runner worker would die with a traceback of its own (and a candidate being timed
 recorded as failed), while the main process, which owns them, prints one line, shuts them
 down and leaves its records to resume from. A process starts with the signal mask of the
 thread that started it, and keeps it across ``exec``; so the worker pools start their
-processes from threads that block SIGINT. The main thread never blocks it for longer than
-a pool's construction, so Ctrl-C still reaches it.
+processes from threads that block SIGINT (:func:`altenv.measure.pool.worker_pool`). The
+main thread never blocks it for longer than a pool's construction, so Ctrl-C still
+reaches it.
 
 Inside the main process, a ``KeyboardInterrupt`` raised in a Python callback that C++ code
 called (MetaSchedule's search ranking candidates with a Python cost model) crosses C++
@@ -21,9 +22,6 @@ import os
 import signal
 import threading
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
-
-from tvm.support.popen_pool import PopenPoolExecutor
 
 
 def block_sigint() -> None:
@@ -67,13 +65,3 @@ def exit_on_sigint() -> None:
     Ctrl-C from now on (a SIGINT already pending arrives at once)."""
     signal.signal(signal.SIGINT, lambda *_: os._exit(130))
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-
-
-def shielded_pool(**options: object) -> PopenPoolExecutor:
-    """A ``PopenPoolExecutor`` (``options`` as it takes them) whose worker processes start
-    with SIGINT blocked, whenever they (re)start."""
-    pool = PopenPoolExecutor(**options)
-    threads = pool._threadpool  # the threads that start the workers, none started yet
-    pool._threadpool = ThreadPoolExecutor(threads._max_workers, initializer=block_sigint)
-    threads.shutdown()
-    return pool

@@ -24,6 +24,7 @@ stopped without measuring a candidate twice.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import json
@@ -368,11 +369,11 @@ def choose_in_network(run: ModelRun) -> None:
             run.best[name] = run.best_entry(name, kept.candidate, kept.latency)
 
 
-def tune_other_kernels(run: ModelRun) -> None:
+def tune_other_kernels(run: ModelRun, measurer: Measurer) -> None:
     """Plan the network with the chosen layouts (propagated, ALT Alg. 1); with
     ``budget.others``, MetaSchedule tunes the kernels the layout search does not cover
-    (softmax, norms, pools, fallbacks), and the calls that read an input as stored are
-    chosen here, as the build will make them."""
+    (softmax, norms, pools, fallbacks) on ``measurer``'s workers, and the calls that read an
+    input as stored are chosen here, as the build will make them."""
     cfg = run.cfg
     run.plan = plan_network(run.graph, run.factors, cfg.fast_math)
     if run.others:
@@ -381,7 +382,7 @@ def tune_other_kernels(run: ModelRun) -> None:
         print(f"{cfg.model}: {len(kernels)} other kernels, MetaSchedule for "
               f"{run.others} trials")
         run.trials += tune_others(kernels, run.others, run.run_dir.others,
-                                  make_target(cfg.target), cfg.measure, cfg.seed)
+                                  make_target(cfg.target), cfg.measure, cfg.seed, measurer)
 
 
 def build(run: ModelRun) -> None:
@@ -431,12 +432,15 @@ def verify(run: ModelRun, session: Any = None) -> RunResult:
                      elapsed, err, timings)
 
 
-def tune_model(cfg: RunConfig, progress: bool = True, repair: bool = False) -> RunResult:
+def tune_model(cfg: RunConfig, progress: bool = True, repair: bool = False,
+               measurer: Measurer | None = None) -> RunResult:
     """Tune every complex task of ``cfg.model``, build the network with the best layouts
     and schedules, check it against the source framework and time it against TVM's
     untuned build and PyTorch (the stages: see the module docstring). The imported model is
     kept in the run directory as data (``model/``, what export builds); ``repair`` moves
-    bad lines of the records aside (:class:`RecordDB`)."""
+    bad lines of the records aside (:class:`RecordDB`). ``measurer``: an open one with
+    ``cfg``'s settings, lent by the caller and left open (by default the run opens its own
+    and closes it at the end)."""
     run_dir = RunDir(cfg.run_dir)
     agent = check_run(cfg, tensorboard_log=str(run_dir.tensorboard))
     model = load_user_model(cfg.model, cfg.model_options, cfg.seed)
@@ -445,13 +449,14 @@ def tune_model(cfg: RunConfig, progress: bool = True, repair: bool = False) -> R
         save_model(model, run_dir.model)
         plan(run)
         log = TensorBoardLog(run_dir.tensorboard)
-        with open_measurer(cfg.ray, cfg.measure, cfg.target) as measurer:
+        with contextlib.nullcontext(measurer) if measurer is not None else \
+                open_measurer(cfg.ray, cfg.measure, cfg.target) as measurer:
             tune_tasks(run, measurer, log)
             hand_out_reserved(run, measurer, log)
             log.close()
             run.cost_model.save(run_dir.cost_model)
             run.timer = measurer.chain_timer()
             choose_in_network(run)
-            tune_other_kernels(run)
+            tune_other_kernels(run, measurer)
             build(run)
             return verify(run, measurer.device_session())

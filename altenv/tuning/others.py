@@ -25,7 +25,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.logging import get_loggers_from_work_dir
 from tvm.s_tir.meta_schedule.utils import fork_seed
 
-from ..measure import MeasureConfig
+from ..measure import MeasureConfig, Measurer
 from ..measure.chains import kernel_module
 from ..measure.metaschedule import metaschedule_session
 from ..target import target_cores
@@ -43,17 +43,19 @@ def open_database(work_dir: str | Path) -> ms.database.JSONDatabase:
 
 def tune_others(kernels: Mapping[str, tuple[tirx.PrimFunc, int]], trials: int,
                 work_dir: str | Path, target: tvm.target.Target, config: MeasureConfig,
-                seed: int = 0) -> int:
+                seed: int = 0, measurer: Measurer | None = None) -> int:
     """Tune ``kernels`` (name -> unscheduled PrimFunc and its call count) with MetaSchedule
     until the database in ``work_dir`` holds ``trials`` records in all (a resumed run adds
-    only what is missing); returns the records it holds."""
+    only what is missing); returns the records it holds. The run's open ``measurer`` lends
+    its workers (:func:`~altenv.measure.metaschedule.metaschedule_session`)."""
     database = open_database(work_dir)
     done = len(database.get_all_tuning_records())
     left = trials - done
     if left <= 0 or not kernels:
         return done
     names = list(kernels)
-    with metaschedule_session(config, target, remote=True) as (builder, runner):
+    with metaschedule_session(config, target, remote=True, measurer=measurer) as (builder,
+                                                                                 runner):
         contexts = [ms.TuneContext(mod=kernel_module(kernels[name][0]), target=target,
                                    space_generator="post-order-apply",
                                    search_strategy="evolutionary", task_name=name,
