@@ -125,6 +125,31 @@ def test_builder_workers_persist_across_batches(measurer: LocalMeasurer) -> None
     assert workers and workers <= measurer.builder.worker_pids()
 
 
+def test_pool_workers_start_without_torch_and_ignore_ctrl_c() -> None:
+    """Builder and runner workers never use PyTorch, which ``tvm_ffi`` would import at
+    start-up (seconds a worker); Ctrl-C at the terminal is for the process owning them."""
+    from altenv.measure.pool import LeanLocalRunner, worker_pool
+
+    def state():
+        import signal
+        import sys
+
+        import tvm  # noqa: F401 (imported by the worker already)
+        return sys.modules.get("torch"), signal.SIGINT in signal.pthread_sigmask(
+            signal.SIG_BLOCK, set())
+
+    pool = worker_pool(max_workers=1, timeout=60)
+    try:
+        assert pool.submit(state).result() == (None, True)
+    finally:
+        pool.shutdown()
+    runner = LeanLocalRunner(timeout_sec=60)  # its worker started by the sanity check
+    try:
+        assert runner.pool.submit(state).result() == (None, True)
+    finally:
+        runner.pool.shutdown()
+
+
 @pytest.mark.slow
 def test_failures_are_recorded_and_the_rest_measured(measurer: LocalMeasurer) -> None:
     mm = CorrectnessCheck(lambda a, b: a @ b)
