@@ -150,6 +150,46 @@ def test_pool_workers_start_without_torch_and_ignore_ctrl_c() -> None:
         runner.pool.shutdown()
 
 
+def test_workers_are_forked_by_the_zygote_and_replaced_after_a_timeout(monkeypatch) -> None:
+    """Workers come from this process's zygote with the environment and directory of the
+    moment they start; a worker killed after a timeout is replaced, and a dead zygote by
+    a new one."""
+    import os
+    import time
+
+    from altenv.measure.pool import WORKER_PRELOAD, worker_pool
+    from altenv.measure.zygote import zygote
+
+    def where():
+        import os
+        return os.getppid(), os.getpid(), os.environ.get("ALTENV_ZYGOTE_TEST"), os.getcwd()
+
+    def asked(fn, *args, timeout=60):
+        pool = worker_pool(max_workers=1, timeout=timeout)
+        try:
+            return pool.submit(fn, *args).result()
+        finally:
+            pool.shutdown()
+
+    first = zygote(WORKER_PRELOAD, without_torch=True)
+    monkeypatch.setenv("ALTENV_ZYGOTE_TEST", "set after the zygote started")
+    monkeypatch.chdir("/")
+    parent, _, env, cwd = asked(where)
+    assert (parent, env, cwd) == (first.process.pid, "set after the zygote started", "/")
+    pool = worker_pool(max_workers=1, timeout=2)
+    try:
+        parent, pid, _, _ = pool.submit(where).result()
+        with pytest.raises(TimeoutError):
+            pool.submit(time.sleep, 30).result()
+        parent, after, _, _ = pool.submit(where).result()  # a new worker
+        assert parent == first.process.pid and after != pid
+    finally:
+        pool.shutdown()
+    os.kill(first.process.pid, 9)
+    first.process.wait()
+    assert asked(where)[0] == zygote(WORKER_PRELOAD, True).process.pid != first.process.pid
+
+
 @pytest.mark.slow
 def test_failures_are_recorded_and_the_rest_measured(measurer: LocalMeasurer) -> None:
     mm = CorrectnessCheck(lambda a, b: a @ b)

@@ -13,7 +13,10 @@ timing process lets its own thread pools park before each block
 15x slowdowns; the worker does not wait likewise before it replies, as idle cores slow
 the next program down on this VM (torch's depthwise 960-channel convolution in three
 re-timings each: 0.46-0.71 ms with both processes waiting, 0.16-0.45 ms with the timer
-alone, 0.11-0.19 ms with neither).
+alone, 0.11-0.19 ms with neither). Workers are forked by a zygote that imported PyTorch and
+the baselines once and ran nothing (:mod:`altenv.measure.zygote`): no thread pool has
+started in them, as in a fresh process, and they are ready in milliseconds instead of ~6
+CPU-seconds.
 """
 
 from __future__ import annotations
@@ -33,6 +36,12 @@ import torch
 
 from ..measure.signals import sigint_blocked
 from ..measure.timing import wait_for_idle_threads
+from ..measure.zygote import Forked, popen
+
+#: What a worker imports once, in its zygote (:mod:`altenv.measure.zygote`): PyTorch, and
+#: the modules whose setups run there.
+WORKER_PRELOAD = ("torch", "altenv.baselines.isolated", "altenv.baselines.network",
+                  "altenv.baselines.operator")
 
 Setup = Callable[[], tuple[Callable[[], object], Callable[[], list[np.ndarray]]]]
 """Runs in the worker: returns ``(run, outputs)`` like a :class:`~altenv.baselines.Baseline`."""
@@ -73,7 +82,7 @@ def _serve(inp: IO[bytes], out: IO[bytes]) -> None:
             _send(out, (False, f"{type(err).__name__}: {err}"))
 
 
-def _stop(process: subprocess.Popen) -> None:
+def _stop(process: subprocess.Popen | Forked) -> None:
     try:
         _send(process.stdin, ("close", None))
     except (OSError, ValueError):
@@ -92,9 +101,9 @@ class IsolatedRun:
 
     def __init__(self, setup: Setup, threads: int):
         with sigint_blocked():  # Ctrl-C is for this process, which stops the worker
-            self._process = subprocess.Popen(
-                [sys.executable, "-c", "from altenv.baselines.isolated import main; main()"],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            self._process = popen("altenv.baselines.isolated:main", WORKER_PRELOAD,
+                                  without_torch=False, stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE)
         self._finalizer = weakref.finalize(self, _stop, self._process)
         _send(self._process.stdin, (cloudpickle.dumps(setup), threads, list(sys.path)))
         self._reply()

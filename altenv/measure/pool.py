@@ -8,15 +8,14 @@ baselines), though no build or timing in a worker uses it: 3.4 s of the 5.3 s a 
 to start on a 2-core host, then 6.0 s against 1.9 s with a builder's preloads. Builder
 and runner workers start with every measurer, again after each crash, timeout or
 recycling, so the pools here start theirs with ``torch`` marked absent (``import torch`` raises
-``ImportError``, which ``tvm_ffi`` expects) and the same worker entry point otherwise.
+``ImportError``, which ``tvm_ffi`` expects) and the same worker entry point otherwise, and
+fork them from a process that has done those imports once (:mod:`altenv.measure.zygote`).
 Signals: :mod:`altenv.measure.signals`.
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -25,24 +24,27 @@ from tvm.s_tir.meta_schedule.runner import LocalRunner
 from tvm.support.popen_pool import PopenPoolExecutor, PopenWorker
 
 from .signals import block_sigint
+from .zygote import popen
 
-#: What a worker runs: TVM's popen worker, with PyTorch marked absent first.
-WORKER_ENTRY = ("import sys; sys.modules['torch'] = None; "
-                "from tvm.exec.popen_worker import main; main()")
+#: What a worker imports once, in its zygote: TVM's worker loop and a builder's default
+#: preloads (:data:`~altenv.measure.config.DEFAULT_PRELOAD`).
+WORKER_PRELOAD = ("tvm.exec.popen_worker", "tvm.s_tir.meta_schedule", "tvm.s_tir.transform",
+                  "altenv.measure.builder")
 
 
 class LeanWorker(PopenWorker):
-    """TVM's ``PopenWorker`` whose process starts as ``python -c WORKER_ENTRY`` (the
-    same pipes and protocol)."""
+    """TVM's ``PopenWorker`` whose process runs TVM's worker loop with PyTorch marked
+    absent, forked by a zygote (:func:`altenv.measure.zygote.popen`; the same pipes and
+    protocol)."""
 
     def _start(self) -> None:
         if self._proc is not None:
             return
         main_read, worker_write = os.pipe()
         worker_read, main_write = os.pipe()
-        self._proc = subprocess.Popen(
-            [sys.executable, "-c", WORKER_ENTRY, str(worker_read), str(worker_write)],
-            pass_fds=(worker_read, worker_write), stdout=self._stdout, stderr=self._stderr)
+        self._proc = popen("tvm.exec.popen_worker:main", WORKER_PRELOAD, without_torch=True,
+                           fd_args=(worker_read, worker_write), stdout=self._stdout,
+                           stderr=self._stderr)
         os.close(worker_read)
         os.close(worker_write)
         self._reader = os.fdopen(main_read, "rb")
