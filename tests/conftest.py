@@ -14,6 +14,11 @@ from tvm.s_tir.meta_schedule.runner import RPCConfig
 
 from altenv.measure import RPCSettings
 
+#: The evolution agent's search at test size, for configs and ``--set agent.options=``: its
+#: defaults (populations of 64 and, in MetaSchedule's loop search, 512) spend most of a run
+#: this small generating candidates; no behaviour tested depends on them.
+SMALL_EVOLUTION = "{ms_population: 32, population: 16, children: 16, samples: 16}"
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Slow tests first (a stable sort): pytest-xdist hands tests out in this order, so on a

@@ -7,6 +7,7 @@ import json
 import math
 
 import pytest
+from conftest import SMALL_EVOLUTION
 
 from altenv.bench import load_suite
 from altenv.bench.report import (
@@ -28,8 +29,7 @@ def _suite_file(tmp_path, kind="ops", **fields):
     import yaml
 
     data = {"name": "t", "kind": kind, "budget": 4, "measure": FAST,
-            # MetaSchedule's loop search with a test-sized population (default 512)
-            "altenv": {"name": "evolution", "options": {"ms_population": 32}},
+            "altenv": {"name": "evolution", "options": yaml.safe_load(SMALL_EVOLUTION)},
             "tuners": ["altenv", "metaschedule", "evo-small"],
             "agents": {"evo-small": {"name": "evolution",
                                      "options": {"population": 16, "children": 16,

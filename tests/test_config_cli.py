@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import SMALL_EVOLUTION
 
 from altenv.cli import _set_options, main
 from altenv.config import ConfigError, RunConfig, TrainConfig, load_config
@@ -131,7 +132,7 @@ def test_tune_interrupted_killed_damaged_and_resumed(tmp_path, capsys):
     measured twice, the run stops at the budget."""
     args = ["tune", "--workload", "gmm:M=32,N=32,K=32", "--name", "k", "--budget", str(BUDGET),
             "--output-dir", str(tmp_path), "--quiet",
-            "--set", "agent.options.ms_population=32"]  # a test-sized loop search
+            "--set", f"agent.options={SMALL_EVOLUTION}"]
     cmd = [sys.executable, "-m", "altenv.cli", *args]
     records = tmp_path / "k" / "records.jsonl"
     proc = _run_until(cmd, records, 4)

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import SMALL_EVOLUTION
 
 TESTS = Path(__file__).resolve().parent
 
@@ -20,7 +21,7 @@ def test_a_run_survives_crashing_and_hanging_candidates_and_a_dying_builder(tmp_
     config.write_text(
         "name: hostile\nworkload: 'gmm:M=16,N=16,K=16'\nbudget: {joint: 4, loop_only: 8}\n"
         "search: {batch: 16, top_k: 4, finalists: 2}\n"
-        "agent: {options: {ms_population: 32}}\n"  # a test-sized loop search
+        f"agent: {{options: {SMALL_EVOLUTION}}}\n"
         "measure: {number: 1, repeat: 1, min_repeat_ms: 0, run_timeout: 3, build_workers: 1,\n"
         "          builder_preload: [tvm.s_tir.meta_schedule, tvm.s_tir.transform,\n"
         "                            altenv.measure.builder, hostile_build]}\n")

@@ -11,14 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import SMALL_EVOLUTION
 
 from altenv.cli import main
 from altenv.records import RecordDB
 
 ROOT = Path(__file__).resolve().parent.parent
-#: MetaSchedule's loop search with a test-sized population (its default, 512, spends most of
-#: a run this small generating candidates); the behaviour tested does not depend on it
-SMALL_SEARCH = "agent: {options: {ms_population: 32}}\n"
+SMALL_SEARCH = f"agent: {{options: {SMALL_EVOLUTION}}}\n"
 
 
 @pytest.mark.slow

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import warnings
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from conftest import SMALL_EVOLUTION
 from test_measure import matmul, tiled_matmul
 from tvm.rpc.server import Server
 from tvm.rpc.tracker import Tracker
@@ -186,6 +188,7 @@ def test_ray_measurer_builds_on_the_cluster_and_survives_a_removed_node(ray_clus
     while ray.cluster_resources().get("altenv_device", 0) < 3 and time.monotonic() < deadline:
         time.sleep(0.1)
     config = MeasureConfig(number=1, repeat=2, min_repeat_ms=5, run_timeout=20)
+    kept = set(Path(tempfile.gettempdir()).glob("altenv-device-*"))
     with RayMeasurer(settings, config) as measurer:
         right, wrong = CorrectnessCheck(lambda a, b: a @ b), CorrectnessCheck(lambda a, b: a + b)
         warm = measurer.measure([MeasureCandidate(tiled_matmul(4), right),
@@ -196,6 +199,8 @@ def test_ray_measurer_builds_on_the_cluster_and_survives_a_removed_node(ray_clus
         # each device loads every candidate afresh, not the module it loaded first
         (other,) = measurer.measure([MeasureCandidate(matmul(32), right)])
         assert other.ok, other.error
+        # a device keeps no files between calls (Ray kills an actor without its cleanup)
+        assert set(Path(tempfile.gettempdir()).glob("altenv-device-*")) == kept
         nodes = {ray.get(d.node.remote()) for d in measurer.fleet.devices}
         assert len(nodes) == 3  # one device actor on each raylet
         # kernel chains (the in-network choices) are timed by a device actor, not here
@@ -233,7 +238,7 @@ def test_ray_run_resumes_after_kill_9_without_measuring_twice(tmp_path, ray_clus
                "gmm:M=16,N=16,K=16", "--budget", "12", "--name", "r", "--output-dir",
                str(tmp_path), "--quiet", "--ray", ray_cluster.address,
                "--set", "search.top_k=2", "--set", "search.batch=16",
-               "--set", "agent.options.ms_population=32",  # test-sized loop search
+               "--set", f"agent.options={SMALL_EVOLUTION}",
                "--set", "measure={number: 1, repeat: 2, min_repeat_ms: 5}"]
     first = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              start_new_session=True)

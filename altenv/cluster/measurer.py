@@ -114,8 +114,7 @@ class Device:
         if str(target.kind.name) in ("llvm", "c"):
             use_tvm_threads(target_cores(target))
         self.runner = LeanLocalRunner(timeout_sec=timeout_sec)
-        self.folder = tempfile.mkdtemp(prefix="altenv-device-")
-        self.checks: dict[str, str] = {}
+        self.checks: dict[str, bytes] = {}
 
     def node(self) -> str:
         """The Ray node this device is on."""
@@ -128,17 +127,19 @@ class Device:
         fetches each check's data once, by name)."""
         # a path of its own, as a builder's artifacts have: the runner's worker links a
         # .tar to PATH.so and loads it, and the loader hands back the module it already
-        # loaded from that path (every candidate would time the device's first)
-        folder = tempfile.mkdtemp(dir=self.folder)
+        # loaded from that path (every candidate would time the device's first). Nothing
+        # outlives the call: Ray kills an actor without running its cleanup.
+        folder = tempfile.mkdtemp(prefix="altenv-device-")
         path = os.path.join(folder, "mod.tar")
         Path(path).write_bytes(artifact)
         evaluator = None
         if check is not None:
             name, data, rtol = check
             if name not in self.checks:
-                self.checks[name] = os.path.join(self.folder, f"check{len(self.checks)}.npz")
-                Path(self.checks[name]).write_bytes(ray.get(data))
-            evaluator = CheckedEvaluator(self.checks[name], rtol, rpc=False)
+                self.checks[name] = ray.get(data)
+            check_file = os.path.join(folder, "check.npz")
+            Path(check_file).write_bytes(self.checks[name])
+            evaluator = CheckedEvaluator(check_file, rtol, rpc=False)
         try:
             return time_artifact(self.runner, device, [ArgInfo.from_json(a) for a in args_info],
                                  path, EvaluatorConfig(**timing), evaluator)
