@@ -38,9 +38,9 @@ from ..measure.signals import sigint_blocked
 from ..measure.timing import wait_for_idle_threads
 from ..measure.zygote import Forked, popen
 
-#: What a worker imports once, in its zygote (:mod:`altenv.measure.zygote`): PyTorch, and
-#: the modules whose setups run there.
-WORKER_PRELOAD = ("torch", "altenv.baselines.isolated", "altenv.baselines.network",
+#: What a worker imports once, in its zygote (:mod:`altenv.measure.zygote`): this module
+#: (and so PyTorch) and the modules whose setups run there.
+WORKER_PRELOAD = ("altenv.baselines.isolated", "altenv.baselines.network",
                   "altenv.baselines.operator")
 
 Setup = Callable[[], tuple[Callable[[], object], Callable[[], list[np.ndarray]]]]

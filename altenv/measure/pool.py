@@ -23,13 +23,13 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.runner import LocalRunner
 from tvm.support.popen_pool import PopenPoolExecutor, PopenWorker
 
+from .config import DEFAULT_PRELOAD
 from .signals import block_sigint
 from .zygote import popen
 
 #: What a worker imports once, in its zygote: TVM's worker loop and a builder's default
-#: preloads (:data:`~altenv.measure.config.DEFAULT_PRELOAD`).
-WORKER_PRELOAD = ("tvm.exec.popen_worker", "tvm.s_tir.meta_schedule", "tvm.s_tir.transform",
-                  "altenv.measure.builder")
+#: preloads.
+WORKER_PRELOAD = ("tvm.exec.popen_worker", *DEFAULT_PRELOAD)
 
 
 class LeanWorker(PopenWorker):

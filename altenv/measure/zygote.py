@@ -12,10 +12,12 @@ One zygote per process and set of imports (started with its first worker, SIGINT
 as the workers are: :mod:`altenv.measure.signals`; it exits when its socket closes, that
 is, with the process). Each request carries the requester's working directory and
 environment, which the worker takes before it runs (a ``TVM_NUM_THREADS`` set later still
-reaches it). A zygote runs nothing but imports before it forks, so no thread pool (TVM's,
-OpenMP's) has started in it. Python's ``multiprocessing`` fork server is not used: it is one
-server per process whose preloads and signal set-up all its users share, and its workers
-start as pickled ``Process`` objects rather than on pipes a caller hands over.
+reaches it; a variable a library reads when it is imported, such as OpenMP's ``OMP_*``,
+keeps the value it had when the zygote started). A zygote runs nothing but imports before
+it forks, so no thread pool (TVM's, OpenMP's) has started in it. Python's
+``multiprocessing`` fork server is not used: it is one server per process whose preloads
+and signal set-up all its users share, and its workers start as pickled ``Process``
+objects rather than on pipes a caller hands over.
 
 Linux only (descriptors passed over a Unix socket; workers, the zygote's children rather
 than the requester's, watched through process descriptors); elsewhere, or if a zygote
