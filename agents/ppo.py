@@ -50,7 +50,8 @@ from .masked_heads import MaskedHeads
 
 FOREVER = 10**9
 PRETRAINED = "pretrained"
-"""``checkpoint=`` value of the shipped checkpoint (:data:`altenv.pretrained.PPO_CHECKPOINT`)."""
+"""``checkpoint=`` value of the shipped checkpoint for the run's CPU
+(:func:`altenv.pretrained.ppo_checkpoint`)."""
 ACTIVATIONS = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU, "elu": torch.nn.ELU,
                "leaky_relu": torch.nn.LeakyReLU, "gelu": torch.nn.GELU}
 DEFAULT_POLICY_KWARGS: dict[str, Any] = {"net_arch": {"pi": [256, 128], "vf": [256, 128]}}
@@ -144,7 +145,8 @@ class PPOAgent(Agent):
     seed:
         Seed of the model and the environments.
     checkpoint:
-        ``"pretrained"`` (the shipped checkpoint, where there is one), a directory written
+        ``"pretrained"`` (the shipped checkpoint made on the run's CPU, or on one with SIMD
+        registers as wide: :func:`altenv.pretrained.ppo_checkpoint`), a directory written
         by :meth:`save` or ``altenv train``, or ``None`` (no pretraining).
     episode_layouts, loop_rounds, walk_length:
         Layout visits per episode, sampled rounds per visit and loop steps per round
@@ -205,21 +207,24 @@ class PPOAgent(Agent):
         self.zero_shot_prior = zero_shot_prior
         self.learn_in_run = learn
         self.tensorboard_log = tensorboard_log
-        self.checkpoint = self._checkpoint_dir(checkpoint)
+        self.shipped = checkpoint == PRETRAINED
         self.model: MaskablePPO | None = None
-        self.base: CostModel | None = (pretrained.cost_model(self.checkpoint)
-                                       if self.checkpoint else None)
+        self._use_checkpoint(self._checkpoint_dir(checkpoint))
         self.updates: dict[str, int] = {"joint": 0, "loop": 0, "pretrain": 0}
         self.rng = np.random.default_rng(seed)
         self._warned: set[str] = set()
 
+    def _use_checkpoint(self, path: Path | None) -> None:
+        self.checkpoint = path
+        self.base: CostModel | None = pretrained.cost_model(path) if path else None
+
     @staticmethod
-    def _checkpoint_dir(checkpoint: str | None) -> Path | None:
+    def _checkpoint_dir(checkpoint: str | None, target: Any = None) -> Path | None:
         if checkpoint is None:
             return None
         if checkpoint == PRETRAINED:
-            path = pretrained.PPO_CHECKPOINT
-            return path if has_policy(path) else None
+            path = pretrained.ppo_checkpoint(target)
+            return path if path is not None and has_policy(path) else None
         path = Path(checkpoint)
         if not path.is_dir():
             raise ValueError(f"ppo: checkpoint {checkpoint!r} is not a directory")
@@ -263,7 +268,12 @@ class PPOAgent(Agent):
         return self.model
 
     def setup(self, session: TuningSession) -> None:
-        """Start the session's cost model from the checkpoint's cross-workload model."""
+        """Start the session's cost model from the checkpoint's cross-workload model (the
+        shipped checkpoint for the session's target, unless the policy is already made)."""
+        if self.shipped and self.model is None:
+            chosen = self._checkpoint_dir(PRETRAINED, session.task.target)
+            if chosen != self.checkpoint:
+                self._use_checkpoint(chosen)
         if self.checkpoint is None or self.base is None:
             return
         key = str(self.checkpoint)

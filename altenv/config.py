@@ -7,6 +7,7 @@ A bad field gets one line naming it and what is allowed, e.g.
 from __future__ import annotations
 
 import re
+import string
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -316,7 +317,8 @@ class TrainConfig(_Run):
     policy on that model's rewards; then the agent tunes each of ``workloads`` (and the
     complex tasks of ``models``) in turn with ``budget`` measured trials apiece (ALT
     §7.3.1, PPO-Pret). The agent is saved to ``<run>/checkpoint`` with a card, and copied
-    to ``publish`` when given (the shipped checkpoint: ``altenv/pretrained/ppo``)."""
+    to ``publish`` when given; ``{mcpu}`` there is the target's CPU (the shipped
+    checkpoints: ``altenv/pretrained/ppo/{mcpu}``, one per CPU they were made on)."""
 
     workloads: list[str] = Field(default_factory=list)
     models: list[str] = Field(default_factory=list)
@@ -330,6 +332,16 @@ class TrainConfig(_Run):
     @classmethod
     def _workloads(cls, value: list[str]) -> list[str]:
         return [_spec(w) for w in value]
+
+    @field_validator("publish")
+    @classmethod
+    def _publish(cls, value: str | None) -> str | None:
+        fields = {name for _, name, _, _ in string.Formatter().parse(value or "")
+                  if name is not None}
+        if fields - {"mcpu"}:
+            raise ValueError(f"a directory, where '{{mcpu}}' is the only field allowed; got "
+                             f"{', '.join(sorted(repr(f) for f in fields - {'mcpu'}))}")
+        return value
 
     @model_validator(mode="after")
     def _something(self) -> TrainConfig:

@@ -91,3 +91,17 @@ def use_tvm_threads(num_threads: int) -> None:
     """
     os.environ["TVM_NUM_THREADS"] = str(num_threads)
     tvm.get_global_func("runtime.config_threadpool")(1, num_threads)
+
+
+def vector_bits(target: tvm.target.Target) -> int:
+    """SIMD register width (bits) of an LLVM target. x86 is read off the CPU features
+    (``llvm_get_vector_width`` answers 512 for znver3, which has no AVX-512); other
+    targets ask LLVM, 128 when it does not know."""
+    codegen = tvm.target.codegen
+    if "x86" in str(target.attrs.get("mtriple", "")):
+        for feature, bits in (("avx512f", 512), ("avx", 256)):
+            if codegen.llvm_cpu_has_features(feature, target):
+                return bits
+        return 128
+    bits = int(codegen.llvm_get_vector_width(target))
+    return bits if bits > 0 else 128

@@ -45,10 +45,12 @@ WORST_REWARD = -1.0
 """Reward of a failed candidate, and the floor of ``1 - latency / U``."""
 
 
-def default_cost_model() -> CostModel:
-    """A cost model that starts from the shipped cross-workload model
-    (:mod:`altenv.pretrained`), or an untrained one where none is shipped."""
-    base = pretrained.cost_model()
+def default_cost_model(target: Any = None) -> CostModel:
+    """A cost model that starts from the shipped cross-workload model for ``target``'s
+    CPU (:mod:`altenv.pretrained`; ``None``: this one), or an untrained one where none is
+    shipped."""
+    checkpoint = pretrained.ppo_checkpoint(target)
+    base = pretrained.cost_model(checkpoint) if checkpoint is not None else None
     return CostModel(base=base) if base is not None else CostModel()
 
 
@@ -124,7 +126,7 @@ class Backend:
         self.task = task
         self.reward_source = reward_source
         self.cost_model: CostModel = (session.cost_model if session else
-                                      cost_model or default_cost_model())
+                                      cost_model or default_cost_model(task.target))
         self.reference_latency = reference_latency
         self.best_candidate: Candidate | None = None
         self.best_latency = math.inf

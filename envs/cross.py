@@ -207,7 +207,7 @@ class CrossExplorationEnv(TuningEnv):
         if isinstance(cost_model, str | Path):
             cost_model = CostModel.load(cost_model)
         if session is None and cost_model is None:  # one model for every workload's backend
-            cost_model = default_cost_model()
+            cost_model = default_cost_model(target)
         self._backend_args = (reward_source, session, measurer, db_path, cost_model,
                               reference_latency)
         self._target, self._epilogue, self._levels = target, tuple(epilogue), levels

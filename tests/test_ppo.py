@@ -24,6 +24,7 @@ from altenv.cli import main
 from altenv.measure import MeasureConfig, create
 from altenv.records import RecordDB
 from altenv.space.constraints import Hardware
+from altenv.target import make_target
 from altenv.tuning import Budget, Candidate, OpTask, TuningSession, tune
 from envs.cross import ACTION_NVEC, CrossExplorationEnv
 
@@ -206,23 +207,42 @@ def test_user_policy_kwargs_and_classes():
     env.close()
 
 
-def test_shipped_checkpoint_is_data_with_a_card():
-    if pretrained.card() is None:
+def test_shipped_checkpoints_are_data_with_a_card():
+    shipped = pretrained.shipped()
+    if not shipped:
         pytest.skip("no shipped checkpoint")
-    card = pretrained.card()
-    assert card["sha256"] == pretrained.files_hash(pretrained.PPO_CHECKPOINT, card["files"])
-    assert card["mcpu"] and card["corpus"]["workloads"] and card["pretrain"]["timesteps"] > 0
     from altenv.suites import suite_specs
 
-    trained = set(card["corpus"]["workloads"]) | set(card["pretrain"]["workloads"])
-    assert not trained & suite_specs()  # disjoint from every benchmark suite
+    for path in shipped:
+        card = pretrained.card(path)
+        assert card["sha256"] == pretrained.files_hash(path, card["files"])
+        assert card["mcpu"] == path.name and card["corpus"]["workloads"]
+        assert card["pretrain"]["timesteps"] > 0
+        trained = set(card["corpus"]["workloads"]) | set(card["pretrain"]["workloads"])
+        assert not trained & suite_specs()  # disjoint from every benchmark suite
     agent = agents.create("ppo")
-    assert agent.checkpoint == pretrained.PPO_CHECKPOINT and agent.base is not None
+    assert agent.checkpoint == pretrained.ppo_checkpoint() and agent.base is not None
+
+
+def test_each_cpu_gets_the_checkpoint_made_on_it_or_on_one_as_wide(tmp_path):
+    for mcpu in ("emeraldrapids", "znver3"):
+        (tmp_path / mcpu).mkdir()
+        target = {"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": mcpu}
+        (tmp_path / mcpu / pretrained.CARD).write_text(json.dumps(
+            {"mcpu": mcpu, "target": str(make_target(target))}))
+
+    def chosen(mcpu: str) -> str:
+        target = {"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": mcpu}
+        return pretrained.ppo_checkpoint(target, root=tmp_path).name
+
+    assert chosen("znver3") == "znver3" and chosen("emeraldrapids") == "emeraldrapids"
+    assert chosen("skylake") == "znver3"  # AVX2, as znver3
+    assert chosen("skylake-avx512") == "emeraldrapids"  # AVX-512
+    assert chosen("x86-64") == "emeraldrapids"  # SSE only: none as wide, the first
+    assert pretrained.ppo_checkpoint(None, root=tmp_path / "none") is None
 
 
 def test_host_mismatch_is_named(tmp_path):
-    from altenv.target import make_target
-
     here = make_target(None)
     (tmp_path / pretrained.CARD).write_text(json.dumps({"mcpu": here.attrs["mcpu"]}))
     assert pretrained.host_mismatch(tmp_path, here) is None
@@ -261,15 +281,17 @@ def test_altenv_train_stages_write_a_checkpoint_with_a_card(tmp_path, capsys):
         "                             n_steps: 8, batch_size: 8}}\n"
         "search: {batch: 8, top_k: 2}\n"
         "measure: {number: 1, repeat: 2, min_repeat_ms: 5}\n"
-        f"publish: {tmp_path / 'shipped'}\n")
+        f"publish: {tmp_path / 'shipped' / '{mcpu}'}\n")
     assert main(["train", str(config), "--output-dir", str(tmp_path), "--quiet"]) == 0
     assert "checkpoint" in capsys.readouterr().out
     run = tmp_path / "pre"
     assert RecordDB(run / "corpus" / "records.jsonl").count() == 12
     assert RecordDB(run / "records.jsonl").workloads() == ["gmm:M=16,N=16,K=16"]
-    card = json.loads((tmp_path / "shipped" / pretrained.CARD).read_text())
+    shipped = pretrained.ppo_checkpoint(None, root=tmp_path / "shipped")
+    card = pretrained.card(shipped)
+    assert shipped.name == card["mcpu"] == make_target(None).attrs["mcpu"]  # one per CPU
     assert card["pretrain"]["timesteps"] >= 16 and len(card["corpus"]["workloads"]) == 2
-    assert card["sha256"] == pretrained.files_hash(tmp_path / "shipped", card["files"])
+    assert card["sha256"] == pretrained.files_hash(shipped, card["files"])
     assert {"policy.npz", "policy.json", "costmodel.npz"} <= set(card["files"])
     # a second call resumes: nothing measured again, nothing trained again
     assert main(["train", str(config), "--output-dir", str(tmp_path), "--quiet"]) == 0

@@ -11,8 +11,8 @@
 
 The agent is saved to ``<run>/checkpoint`` after every stage and workload with a card
 (``card.json``, ``CARD.md``): what it was trained on, where, how long, and a hash of its
-files. ``publish`` copies the checkpoint, e.g. to ``altenv/pretrained/ppo``, the one the
-``ppo`` agent loads by default.
+files. ``publish`` copies the checkpoint, e.g. to ``altenv/pretrained/ppo/{mcpu}``, where
+the ``ppo`` agent finds it by default on that CPU.
 """
 
 from __future__ import annotations
@@ -303,7 +303,8 @@ def train(cfg: TrainConfig, progress: bool = True, repair: bool = False,
         agent.save(checkpoint)
         write_card(cfg, state, checkpoint, command or f"altenv train {cfg.name}.yaml")
     if cfg.publish:
-        target = Path(cfg.publish)
+        made_on = make_target(cfg.target)
+        target = Path(cfg.publish.format(mcpu=made_on.attrs.get("mcpu") or made_on.kind.name))
         target.mkdir(parents=True, exist_ok=True)
         for f in checkpoint.iterdir():
             if f.is_file():

@@ -2,9 +2,12 @@
 
 ``altenv train configs/pretrain_ppo.yaml`` makes them (a measured corpus of drawn
 workloads, a cost model fitted to it, a policy pretrained on cost-model rewards); the
-result is copied here with its card (``ppo/card.json``, ``ppo/CARD.md``): the training
-workloads, the CPU and TVM target it was measured on, the training time and a hash of
-its files. Everything here is data (numpy arrays and JSON), loaded without unpickling.
+result is copied to ``ppo/<mcpu>/`` with its card (``card.json``, ``CARD.md``): the
+training workloads, the CPU and TVM target it was measured on, the training time and a
+hash of its files. What measures fast depends on the CPU (an AVX-512 host's best tiles
+are twice an AVX2 host's), so there is one checkpoint per CPU it was made on, and a run
+takes the one for its target (:func:`ppo_checkpoint`). Everything here is data (numpy
+arrays and JSON), loaded without unpickling.
 """
 
 from __future__ import annotations
@@ -16,18 +19,55 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from ..costmodel import CostModel
+import tvm
 
-PPO_CHECKPOINT = Path(__file__).resolve().parent / "ppo"
-"""The shipped PPO checkpoint (``altenv.pretrained.ppo``)."""
+from ..costmodel import CostModel
+from ..target import make_target, vector_bits
+
+PPO_CHECKPOINTS = Path(__file__).resolve().parent / "ppo"
+"""The shipped PPO checkpoints, one folder per CPU (``mcpu``) they were made on."""
 CARD = "card.json"
 COST_MODEL = "costmodel.npz"
 
 
-def card(checkpoint: str | Path = PPO_CHECKPOINT) -> dict[str, Any] | None:
-    """A checkpoint's card, ``None`` where there is none."""
-    path = Path(checkpoint) / CARD
-    return json.loads(path.read_text()) if path.exists() else None
+def card(checkpoint: str | Path | None = None) -> dict[str, Any] | None:
+    """A checkpoint's card (``None``: the shipped one for this CPU), ``None`` where there
+    is none."""
+    checkpoint = ppo_checkpoint() if checkpoint is None else checkpoint
+    path = Path(checkpoint) / CARD if checkpoint is not None else None
+    return json.loads(path.read_text()) if path is not None and path.exists() else None
+
+
+def shipped(root: Path = PPO_CHECKPOINTS) -> list[Path]:
+    """The shipped checkpoints (folders of ``root`` with a card), by name."""
+    return sorted(p for p in root.iterdir() if (p / CARD).is_file()) if root.is_dir() else []
+
+
+def ppo_checkpoint(target: Any = None, root: Path = PPO_CHECKPOINTS) -> Path | None:
+    """The shipped checkpoint for ``target`` (``None``: this CPU): the one made on its
+    ``mcpu``, else one made on a CPU with SIMD registers as wide, else the first;
+    ``None`` where none is shipped."""
+    return _choose(str(make_target(target)), root)
+
+
+@functools.lru_cache(maxsize=16)
+def _choose(target_json: str, root: Path) -> Path | None:
+    candidates = shipped(root)
+    if not candidates:
+        return None
+    target = tvm.target.Target(json.loads(target_json))
+    cards = {path: card(path) or {} for path in candidates}
+    mine = str(target.attrs.get("mcpu", ""))
+    for path, info in cards.items():
+        if mine and info.get("mcpu") == mine:
+            return path
+    if target.kind.name == "llvm":
+        bits = vector_bits(target)
+        for path, info in cards.items():
+            if info.get("target") and vector_bits(
+                    tvm.target.Target(json.loads(info["target"]))) == bits:
+                return path
+    return candidates[0]
 
 
 def files_hash(checkpoint: str | Path, names: list[str]) -> str:
@@ -44,9 +84,12 @@ def _load(path: str) -> CostModel:
     return CostModel.load(path)
 
 
-def cost_model(checkpoint: str | Path = PPO_CHECKPOINT) -> CostModel | None:
-    """The cross-workload cost model of a checkpoint (read once), ``None`` where the
-    checkpoint has none."""
+def cost_model(checkpoint: str | Path | None = None) -> CostModel | None:
+    """The cross-workload cost model of a checkpoint (``None``: the shipped one for this
+    CPU), read once; ``None`` where the checkpoint has none."""
+    checkpoint = ppo_checkpoint() if checkpoint is None else checkpoint
+    if checkpoint is None:
+        return None
     path = Path(checkpoint) / COST_MODEL
     return _load(str(path)) if path.exists() else None
 

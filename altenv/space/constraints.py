@@ -50,6 +50,7 @@ from tvm.tirx.analysis import undefined_vars
 
 from altenv.ops.operators import Conv
 from altenv.ops.templates import Template, divisors
+from altenv.target import vector_bits
 
 from .loop_space import LoopPoint, LoopSpace
 from .subspace import CategoricalSubspace, ComputeLocationSubspace, TileSubspace
@@ -67,20 +68,6 @@ _VECTOR_KNOBS = ("ot", "ot_w", "nt")
 
 
 # ------------------------------------------------------------------------- hardware
-def vector_bits(target: tvm.target.Target) -> int:
-    """SIMD register width (bits) of an LLVM target. x86 is read off the CPU features
-    (``llvm_get_vector_width`` answers 512 for znver3, which has no AVX-512); other
-    targets ask LLVM, 128 when it does not know."""
-    codegen = tvm.target.codegen
-    if "x86" in str(target.attrs.get("mtriple", "")):
-        for feature, bits in (("avx512f", 512), ("avx", 256)):
-            if codegen.llvm_cpu_has_features(feature, target):
-                return bits
-        return 128
-    bits = int(codegen.llvm_get_vector_width(target))
-    return bits if bits > 0 else 128
-
-
 def cache_bytes(level: int, root: Path = _CACHE_DIR) -> int:
     """Size of this machine's level-``level`` data (or unified) cache, read from sysfs;
     32 KiB for L1 and 1 MiB for L2 when sysfs does not say."""
