@@ -52,7 +52,7 @@ def _tasks(args: argparse.Namespace) -> int:
     from .pipeline.checks import load_user_model  # loads TVM: only when run
     from .pipeline.preview import format_preview, preview
 
-    model = load_user_model(args.model, _set_options(args.option, "--option"), seed=0)
+    model = load_user_model(args.model, _set_options(args.option, "--option", fields=False), seed=0)
     print(format_preview(preview(model), as_json=args.json), end="")
     return 0
 
@@ -89,10 +89,15 @@ def _envs(args: argparse.Namespace) -> int:
     return 0
 
 
-def _set_options(items: list[str] | None, flag: str = "--set") -> dict[str, Any]:
+def _set_options(items: list[str] | None, flag: str = "--set",
+                 fields: bool = True) -> dict[str, Any]:
     """``--set KEY=VALUE`` pairs as config overrides: dotted keys, YAML values
-    (``--set measure.enable_cpu_cache_flush=true``); ``flag`` names the option in errors."""
-    from .config import ConfigError  # loads TVM: only when run
+    (``--set measure.enable_cpu_cache_flush=true``; with ``fields``, ``null`` unsets a
+    config field, e.g. ``--set publish=null``; else it is ``None``); ``flag`` names the
+    option in errors."""
+    from .config import NULL, ConfigError  # loads TVM: only when run
+
+    null = NULL if fields else None
 
     overrides: dict[str, Any] = {}
     for text in items or []:
@@ -101,9 +106,10 @@ def _set_options(items: list[str] | None, flag: str = "--set") -> dict[str, Any]
             raise ConfigError(f"{flag} {text!r}: expected KEY=VALUE, "
                               "e.g. 'measure.enable_cpu_cache_flush=true'")
         try:
-            overrides[key.strip()] = yaml.safe_load(value)
+            parsed = yaml.safe_load(value)
         except yaml.YAMLError:
             raise ConfigError(f"{flag} {text!r}: the value is not valid YAML") from None
+        overrides[key.strip()] = null if parsed is None else parsed
     return overrides
 
 
@@ -234,7 +240,7 @@ def _entry_name(spec: str) -> str:
 
 
 SET_HELP = ("override a config field: dotted key, YAML value, repeatable "
-            "(e.g. measure.enable_cpu_cache_flush=true)")
+            "(e.g. measure.enable_cpu_cache_flush=true; null unsets it)")
 REPAIR_HELP = ("move bad lines of the records to <records>.rejected.jsonl and resume "
                "(without it, a bad line stops the run naming file and line)")
 

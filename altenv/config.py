@@ -358,10 +358,21 @@ def _one_line(err: ValidationError, source: str) -> str:
     return f"config {source}: {loc}: {msg}"
 
 
+class _Null:
+    """An override that sets a field to null (``--set KEY=null``), where ``None`` means
+    that an option was not given."""
+
+    def __repr__(self) -> str:
+        return "NULL"
+
+
+NULL = _Null()
+
+
 def load_config(path: str | Path | None = None, schema: type[BaseModel] = RunConfig,
                 **overrides: Any) -> Any:
     """Read a YAML config (or none), apply ``overrides`` (dotted keys allowed, ``None``
-    values ignored) and validate it against ``schema``."""
+    values ignored, :data:`NULL` sets null) and validate it against ``schema``."""
     data: dict[str, Any] = {}
     source = str(path) if path is not None else "(command line)"
     if path is not None:
@@ -383,7 +394,7 @@ def load_config(path: str | Path | None = None, schema: type[BaseModel] = RunCon
             if not isinstance(node, dict):
                 raise ConfigError(f"config {source}: override {key!r}: {p!r} is not a "
                                   "section of fields")
-        node[leaf] = value
+        node[leaf] = None if value is NULL else value
     try:
         return schema.model_validate(data)
     except ValidationError as err:

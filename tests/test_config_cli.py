@@ -103,6 +103,8 @@ def test_cli_set_overrides_fields_and_names_bad_ones(tmp_path, capsys):
     cfg = load_config(None, name="a", workload="gmm:M=8,N=8,K=8", **overrides)
     assert cfg.measure.enable_cpu_cache_flush and cfg.measure.number == 1
     assert cfg.agent.options == {"seed": 3}
+    train = write(tmp_path, "name: t\nworkloads: ['gmm:M=8,N=8,K=8']\npublish: somewhere\n")
+    assert load_config(train, TrainConfig, **_set_options(["publish=null"])).publish is None
     assert main(["bench", "net", "--suite", "nets", "--set", "measure.repeat=0"]) == 2
     assert "measure.repeat: Input should be greater than or equal to 1" in \
         capsys.readouterr().err
