@@ -4,9 +4,9 @@
 workloads, a cost model fitted to it, a policy pretrained on cost-model rewards); the
 result is copied to ``ppo/<mcpu>/`` with its card (``card.json``, ``CARD.md``): the
 training workloads, the CPU and TVM target it was measured on, the training time and a
-hash of its files. What measures fast depends on the CPU (an AVX-512 host's best tiles
-are twice an AVX2 host's), so there is one checkpoint per CPU it was made on, and a run
-takes the one for its target (:func:`ppo_checkpoint`). Everything here is data (numpy
+hash of its files. What measures fast depends on the CPU (16 float lanes with AVX-512,
+8 with AVX2), so there is one checkpoint per CPU it was made on, and a run takes the one
+for its target (:func:`ppo_checkpoint`). Everything here is data (numpy
 arrays and JSON), loaded without unpickling.
 """
 
