@@ -1,7 +1,6 @@
-"""The PPO agent: both stages within budget with the layout actor updating inside the run
-(on measured and imagined visits), checkpoints as data (no pickle) reused on another
-workload, zero-shot tuning, the shipped checkpoint, user policies, and pretraining through
-``altenv train``."""
+"""The PPO agent: both stages within budget with the layout actor updating inside the run,
+checkpoints as data (no pickle) reused on another workload, zero-shot tuning, the shipped
+checkpoint, user policies, and pretraining through ``altenv train``."""
 
 from __future__ import annotations
 
@@ -44,31 +43,14 @@ def test_ppo_tunes_within_budget_learns_and_reloads(measurer, tmp_path, monkeypa
     task = OpTask("c2d:N=1,I=8,O=16,H=8,W=8,KH=3,KW=3,pad=1", epilogue=("bias", "relu"))
     db = RecordDB(tmp_path / "r.jsonl")
     session = TuningSession(task, measurer, db)
-    agent = agents.create("ppo", seed=0, checkpoint=None, imagined_envs=2, **SMALL)
+    agent = agents.create("ppo", seed=0, checkpoint=None, **SMALL)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where SB3 would log
-    layout_steps: list[np.ndarray] = []  # per update and env
-    rollout_end = ActorWeights._on_rollout_end
-
-    def counted(self):
-        layout_steps.append((self.model.rollout_buffer.observations[..., PHASE] == 1.0
-                             ).sum(axis=0))
-        rollout_end(self)
-
-    monkeypatch.setattr(ActorWeights, "_on_rollout_end", counted)
     best = tune(session, agent, Budget(12, 12), batch=8, top_k=3, progress=False)
     assert np.isfinite(best) and session.trials == 24 and db.count() == 24
     assert not list(tmp_path.glob("SB3-*"))  # no TensorBoard asked for: no log folders
     keys = [r.key for r in db.records()]
     assert len(set(keys)) == len(keys)  # nothing measured twice
     assert agent.updates["joint"] >= 1 and agent.updates["loop"] >= 1  # learned in the run
-    assert len(layout_steps) == agent.updates["joint"] + agent.updates["loop"]
-    # the joint stage's updates: layout steps of the measured env and of the two imagined
-    # copies (cost-model rewards, no trials); the loop-only stage has one env, no layout steps
-    joint = np.array(layout_steps[:agent.updates["joint"]])
-    assert joint.shape[1] == 3 and (joint.sum(axis=0) >= 1).all()
-    assert all(len(s) == 1 and s[0] == 0 for s in layout_steps[agent.updates["joint"]:])
-    with pytest.raises(ValueError, match="imagined_envs"):
-        agents.create("ppo", checkpoint=None, imagined_envs=-1)
 
     agent.save(tmp_path / "ckpt")
     settings = json.loads((tmp_path / "ckpt" / SETTINGS).read_text())
@@ -84,6 +66,33 @@ def test_ppo_tunes_within_budget_learns_and_reloads(measurer, tmp_path, monkeypa
     pret.model_for(CrossExplorationEnv("gmm:M=16,N=32,K=16", reward_source="cost_model"))
     for name, tensor in pret.model.policy.state_dict().items():
         assert torch.equal(tensor, agent.model.policy.state_dict()[name]), name
+
+
+@pytest.mark.slow
+def test_imagined_envs_give_the_layout_actor_more_steps_for_no_trials(measurer, tmp_path,
+                                                                      monkeypatch):
+    """With ``imagined_envs`` the joint stage's updates hold layout steps of the cost-model
+    copies too, while only the measured env spends trials."""
+    task = OpTask("gmm:M=16,N=32,K=16")
+    db = RecordDB(tmp_path / "r.jsonl")
+    session = TuningSession(task, measurer, db)
+    agent = agents.create("ppo", seed=0, checkpoint=None, imagined_envs=2, **SMALL)
+    layout_steps: list[np.ndarray] = []
+    rollout_end = ActorWeights._on_rollout_end
+
+    def counted(self):
+        obs = self.model.rollout_buffer.observations
+        layout_steps.append((obs[..., PHASE] == 1.0).sum(axis=0))  # per env
+        rollout_end(self)
+
+    monkeypatch.setattr(ActorWeights, "_on_rollout_end", counted)
+    tune(session, agent, Budget(18, 0), batch=8, top_k=3, progress=False)  # > zero-shot's 16
+    assert session.trials == 18 and db.count() == 18
+    assert agent.model.n_envs == 3 and agent.updates["joint"] == len(layout_steps) >= 1
+    per_env = np.sum(layout_steps, axis=0)
+    assert per_env[0] >= 1 and per_env[1] >= 1 and per_env[2] >= 1
+    with pytest.raises(ValueError, match="imagined_envs"):
+        agents.create("ppo", checkpoint=None, imagined_envs=-1)
 
 
 def test_rounds_add_neighbours_of_the_best_measured_points(measurer, tmp_path):
