@@ -6,10 +6,7 @@ the critic they share (§5.2.2). A run tunes in ALT's two stages:
 
 * **joint stage**: the policy picks layouts and walks their loop spaces; each layout
   visit measures its ``top_k`` best-predicted points, and the visit's return is its
-  measured throughput, so the layout actor learns from measurements inside the run.
-  With ``imagined_envs``, copies of the environment beside the measured one visit
-  layouts on the run's cost model alone (which learns from every measurement), so each
-  update holds that many times more layout steps for no measured trial;
+  measured throughput, so the layout actor learns from measurements inside the run;
 * **loop-only stage**: the best layout fixed, the loop actors keep walking and learning;
 * with a budget of at most ``zero_shot_budget`` trials there is nothing to learn from:
   the policy searches on the cost model alone for ``zero_shot_seconds`` and the best
@@ -37,8 +34,6 @@ from sb3_contrib import MaskablePPO
 from sb3_contrib.common.maskable.distributions import MaskableMultiCategoricalDistribution
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 from stable_baselines3.common.logger import Logger
-from stable_baselines3.common.monitor import Monitor
-from stable_baselines3.common.vec_env import DummyVecEnv
 
 from altenv import pretrained
 from altenv.costmodel import CostModel
@@ -181,11 +176,6 @@ class PPOAgent(Agent):
         Share of each update's policy loss carried by the layout actor's steps
         (:class:`ActorWeights`, as ALT's separate actor losses); ``None``: every step
         weighs the same (SB3's PPO, where layout steps are about 1/33 of the steps).
-    imagined_envs:
-        Copies of the environment that step beside the measured one in the joint stage
-        (SB3's ``DummyVecEnv``) with rewards from the run's cost model only: each update
-        then learns from ``1 + imagined_envs`` times the visits, all but the measured
-        env's free of trials (Dyna-style; 0: measured visits only).
     """
 
     def __init__(self, seed: int = 0, checkpoint: str | None = PRETRAINED,
@@ -197,12 +187,8 @@ class PPOAgent(Agent):
                  zero_shot_seconds: float = 10.0, zero_shot_prior: float = 0.25,
                  learn: bool = True,
                  tensorboard_log: str | None = None, hardware_constraints: bool = True,
-                 mutations: int = 0, layout_share: float | None = 0.5,
-                 imagined_envs: int = 0):
-        if imagined_envs < 0:
-            raise ValueError(f"imagined_envs must be >= 0, got {imagined_envs}")
+                 mutations: int = 0, layout_share: float | None = 0.5):
         self.seed = seed
-        self.imagined_envs = imagined_envs
         self.env_options = {"episode_layouts": episode_layouts, "loop_rounds": loop_rounds,
                             "walk_length": walk_length,
                             "hardware_constraints": hardware_constraints,
@@ -316,18 +302,6 @@ class PPOAgent(Agent):
         return CrossExplorationEnv(session=session, reward_source=reward_source, batch=batch,
                                    top_k=top_k, layout=layout, **self.env_options)
 
-    def _stage_env(self, session: TuningSession, batch: int, top_k: int,
-                   layout: Factors | None) -> DummyVecEnv:
-        """A stage's envs: the measured one first, then (joint stage) the imagined
-        copies on the session's cost model."""
-        envs = [self._env(session, batch, top_k, layout)]
-        if layout is None:
-            envs += [self._env(session, batch, top_k, None, reward_source="cost_model")
-                     for _ in range(self.imagined_envs)]
-        vec = DummyVecEnv([lambda e=e: Monitor(e) for e in envs])
-        vec.seed(int(self.rng.integers(1 << 31)))
-        return vec
-
     def _learn(self, session: TuningSession, limit: int, batch: int, top_k: int,
                report: Callable[[TuningSession], None], layout: Factors | None,
                stage: str) -> None:
@@ -336,18 +310,19 @@ class PPOAgent(Agent):
         visit measures ``top_k`` at once and would otherwise eat into the next stage."""
         outer = session.limit
         session.limit = limit if outer is None else min(limit, outer)
-        env = self._stage_env(session, batch, top_k, layout)
+        env = self._env(session, batch, top_k, layout)
         visit = 1 + self.env_options["loop_rounds"] * self.env_options["walk_length"]
         until = _UntilBudget(session, limit, report, patience=4 * visit)
         try:
+            env.reset(seed=int(self.rng.integers(1 << 31)))
             model = self.model_for(env)
             if self.learn_in_run:
-                before = model._n_updates
+                before = model.num_timesteps
                 model.learn(FOREVER, callback=self._callbacks(until), reset_num_timesteps=False,
                             tb_log_name=stage)
-                self.updates[stage] += (model._n_updates - before) // model.n_epochs
+                self.updates[stage] += (model.num_timesteps - before) // model.n_steps
             else:
-                self._act(env.envs[0].unwrapped, until)
+                self._act(env, until)
         finally:
             session.limit = outer
             env.close()
@@ -448,10 +423,11 @@ class PPOAgent(Agent):
         env = make_env()
         try:
             model = self.model_for(env)
-            start, before, updates = time.perf_counter(), model.num_timesteps, model._n_updates
+            start, before = time.perf_counter(), model.num_timesteps
             model.learn(timesteps, callback=self._callbacks(callback), reset_num_timesteps=False,
                         tb_log_name="pretrain")
-            self.updates["pretrain"] += (model._n_updates - updates) // model.n_epochs
+            self.updates["pretrain"] += (model.num_timesteps - before) // (
+                model.n_steps * model.n_envs)
             return (model.num_timesteps - before) / (time.perf_counter() - start)
         finally:
             env.close()

@@ -26,7 +26,7 @@ from altenv.records import RecordDB
 from altenv.space.constraints import Hardware
 from altenv.target import make_target
 from altenv.tuning import Budget, Candidate, OpTask, TuningSession, tune
-from envs.cross import ACTION_NVEC, PHASE, CrossExplorationEnv
+from envs.cross import ACTION_NVEC, CrossExplorationEnv
 
 SMALL = {"walk_length": 3, "loop_rounds": 1, "episode_layouts": 2, "n_steps": 8,
          "batch_size": 8, "n_epochs": 2}
@@ -66,33 +66,6 @@ def test_ppo_tunes_within_budget_learns_and_reloads(measurer, tmp_path, monkeypa
     pret.model_for(CrossExplorationEnv("gmm:M=16,N=32,K=16", reward_source="cost_model"))
     for name, tensor in pret.model.policy.state_dict().items():
         assert torch.equal(tensor, agent.model.policy.state_dict()[name]), name
-
-
-@pytest.mark.slow
-def test_imagined_envs_give_the_layout_actor_more_steps_for_no_trials(measurer, tmp_path,
-                                                                      monkeypatch):
-    """With ``imagined_envs`` the joint stage's updates hold layout steps of the cost-model
-    copies too, while only the measured env spends trials."""
-    task = OpTask("gmm:M=16,N=32,K=16")
-    db = RecordDB(tmp_path / "r.jsonl")
-    session = TuningSession(task, measurer, db)
-    agent = agents.create("ppo", seed=0, checkpoint=None, imagined_envs=2, **SMALL)
-    layout_steps: list[np.ndarray] = []
-    rollout_end = ActorWeights._on_rollout_end
-
-    def counted(self):
-        obs = self.model.rollout_buffer.observations
-        layout_steps.append((obs[..., PHASE] == 1.0).sum(axis=0))  # per env
-        rollout_end(self)
-
-    monkeypatch.setattr(ActorWeights, "_on_rollout_end", counted)
-    tune(session, agent, Budget(18, 0), batch=8, top_k=3, progress=False)  # > zero-shot's 16
-    assert session.trials == 18 and db.count() == 18
-    assert agent.model.n_envs == 3 and agent.updates["joint"] == len(layout_steps) >= 1
-    per_env = np.sum(layout_steps, axis=0)
-    assert per_env[0] >= 1 and per_env[1] >= 1 and per_env[2] >= 1
-    with pytest.raises(ValueError, match="imagined_envs"):
-        agents.create("ppo", checkpoint=None, imagined_envs=-1)
 
 
 def test_rounds_add_neighbours_of_the_best_measured_points(measurer, tmp_path):
@@ -145,7 +118,7 @@ def test_actor_weights_give_layout_steps_their_share(share):
     from gymnasium import spaces
     from stable_baselines3.common.buffers import RolloutBuffer
 
-    from envs.cross import OBS_SIZE
+    from envs.cross import ACTION_NVEC, OBS_SIZE, PHASE
 
     buffer = RolloutBuffer(16, spaces.Box(0, 1, (OBS_SIZE,)), spaces.MultiDiscrete(ACTION_NVEC),
                            n_envs=2)
