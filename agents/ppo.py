@@ -317,10 +317,10 @@ class PPOAgent(Agent):
             env.reset(seed=int(self.rng.integers(1 << 31)))
             model = self.model_for(env)
             if self.learn_in_run:
-                before = model.num_timesteps
+                before = model._n_updates  # optimizer epochs; a stopped rollout trains none
                 model.learn(FOREVER, callback=self._callbacks(until), reset_num_timesteps=False,
                             tb_log_name=stage)
-                self.updates[stage] += (model.num_timesteps - before) // model.n_steps
+                self.updates[stage] += (model._n_updates - before) // model.n_epochs
             else:
                 self._act(env, until)
         finally:
@@ -423,11 +423,10 @@ class PPOAgent(Agent):
         env = make_env()
         try:
             model = self.model_for(env)
-            start, before = time.perf_counter(), model.num_timesteps
+            start, before, updates = time.perf_counter(), model.num_timesteps, model._n_updates
             model.learn(timesteps, callback=self._callbacks(callback), reset_num_timesteps=False,
                         tb_log_name="pretrain")
-            self.updates["pretrain"] += (model.num_timesteps - before) // (
-                model.n_steps * model.n_envs)
+            self.updates["pretrain"] += (model._n_updates - updates) // model.n_epochs
             return (model.num_timesteps - before) / (time.perf_counter() - start)
         finally:
             env.close()

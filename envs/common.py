@@ -168,11 +168,11 @@ class Backend:
                rng: np.random.Generator) -> np.ndarray:
         """Predicted relative throughput (higher is faster). Before the cost model is
         trained its scores are uniform random; they are drawn from ``rng`` so a seeded
-        env stays deterministic."""
+        env stays deterministic (a warning, unless a session's measurements will train it)."""
         if self.cost_model.is_trained:
             scores = np.asarray(self.cost_model.predict(features), dtype=np.float64)
         else:
-            if not self.measures and not self._warned:
+            if not self.measures and self._session is None and not self._warned:
                 warnings.warn("altenv env: the cost model is untrained (no pretrained model "
                               "is shipped for it), so cost_model rewards are random; pass a "
                               "trained cost_model= or a session=", stacklevel=3)

@@ -45,12 +45,17 @@ def test_ppo_tunes_within_budget_learns_and_reloads(measurer, tmp_path, monkeypa
     session = TuningSession(task, measurer, db)
     agent = agents.create("ppo", seed=0, checkpoint=None, **SMALL)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where SB3 would log
+    rollouts, rollout_end = [], ActorWeights._on_rollout_end
+    monkeypatch.setattr(ActorWeights, "_on_rollout_end",
+                        lambda self: rollouts.append(1) or rollout_end(self))
     best = tune(session, agent, Budget(12, 12), batch=8, top_k=3, progress=False)
     assert np.isfinite(best) and session.trials == 24 and db.count() == 24
     assert not list(tmp_path.glob("SB3-*"))  # no TensorBoard asked for: no log folders
     keys = [r.key for r in db.records()]
     assert len(set(keys)) == len(keys)  # nothing measured twice
     assert agent.updates["joint"] >= 1 and agent.updates["loop"] >= 1  # learned in the run
+    # one update a finished rollout (the one the budget stopped trains nothing)
+    assert agent.updates["joint"] + agent.updates["loop"] == len(rollouts)
 
     agent.save(tmp_path / "ckpt")
     settings = json.loads((tmp_path / "ckpt" / SETTINGS).read_text())
