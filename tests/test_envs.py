@@ -18,7 +18,8 @@ from altenv.costmodel import CostModel, extract_features
 from altenv.layout import Layout
 from altenv.layout.state import tensor_state
 from altenv.ops import run_numpy
-from altenv.tuning import OpTask
+from altenv.records import RecordDB
+from altenv.tuning import OpTask, TuningSession
 from envs.wrappers import PaddedLoop
 
 GMM = "gmm:M=16,N=16,K=16"
@@ -173,13 +174,22 @@ def test_best_program_matches_torch(tasks, cost_model):
     env.close()
 
 
-def test_untrained_cost_model_warns_and_stays_seeded(tasks):
+def test_untrained_cost_model_warns_and_stays_seeded(tasks, tmp_path):
     env = envs.LoopTuningEnv(tasks[GMM], reward_source="cost_model", batch=8,
                              episode_length=3, cost_model=CostModel())
     with pytest.warns(UserWarning, match="untrained"):
         first = rollout(env, seed=0)[0]
     assert rollout(env, seed=0)[0] == first
     env.close()
+    # on a session the model trains on the session's measurements: no advice to give
+    session = TuningSession(tasks[GMM], measurer=None, db=RecordDB(tmp_path / "r.jsonl"))
+    env = envs.LoopTuningEnv(reward_source="cost_model", batch=8, episode_length=3,
+                             session=session)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rollout(env, seed=0)
+    env.close()
+    session.db.close()
 
 
 def test_argument_errors(tasks, cost_model):
