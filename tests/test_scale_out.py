@@ -101,8 +101,14 @@ def test_rpc_fleet_times_on_every_server_and_survives_one_killed_mid_batch(
             time.sleep(0.1)
         assert measurer.devices() == 2
         right = CorrectnessCheck(lambda a, b: a @ b)
-        warm = measurer.measure([MeasureCandidate(tiled_matmul(f), right) for f in (4, 8)])
-        assert all(r.ok for r in warm) and len(measurer.fleet.devices) == 2
+        # a session can fail to start under the full suite's load (the device is dropped and
+        # replaced at the next batch); the warm-up wants one batch on both servers
+        for _ in range(3):
+            warm = measurer.measure([MeasureCandidate(tiled_matmul(f), right) for f in (4, 8)])
+            if len(measurer.fleet.devices) == 2:
+                break
+        assert all(r.ok for r in warm), [r.error for r in warm]
+        assert len(measurer.fleet.devices) == 2
         # the servers put themselves back at the tracker after a session, asynchronously:
         # once both have, the next batch starts on both
         for _ in range(200):
