@@ -51,7 +51,7 @@ def test_shipped_suites_validate():
     assert {m.model for m in nets.models} == {"resnet18", "mobilenet_v2", "bert_tiny", "r3d_18",
                                               "mobilenet_v3_small", "efficientnet_b0", "dcgan"}
     batch16 = next(m for m in nets.models if m.name == "resnet18_b16")
-    assert batch16.options["input_shapes"] == [[16, 3, 224, 224]]
+    assert batch16.options["input_shapes"] == [[16, 3, 64, 64]]
 
 
 def test_heldout_suite_is_its_seeded_draw_and_disjoint():
