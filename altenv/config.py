@@ -120,8 +120,9 @@ OTHERS_SHARE = 0.1
 
 class AgentConfig(Strict):
     """A search strategy: a registered name or ``module:Class``, with its options. The
-    default, ``evolution``, is the agent that leads at the default budget of 200 trials
-    (``docs/benchmarks.md``, "Agents at 200 trials")."""
+    default, ``evolution``, is the agent measured on every benchmark, networks included:
+    ``ppo`` leads it on single operators at 200 trials but not on a network
+    (``docs/agents.md``, "The evolution agent")."""
 
     name: str = "evolution"
     options: dict[str, Any] = Field(default_factory=dict)
