@@ -2,7 +2,8 @@
 
 Usage (from the checkout, after ``make setup``)::
 
-    .venv/bin/python docs/results/zoo-export-check.py runs/zoo-check > docs/results/zoo-export-check.csv
+    .venv/bin/python docs/results/zoo-export-check.py runs/zoo-check \
+        > docs/results/zoo-export-check.csv
 
 Each network at ``size: small`` gets a short ``altenv tune`` (16 measured trials), then
 ``altenv export``; ``examples/load_exported.py`` runs the export in a fresh process that
