@@ -26,6 +26,11 @@ strategy in place of random batches:
   started from the layout's measured records and ranked by the same cost model (the
   race's trials come from the same searches); ``loop_search="evolution"`` keeps the
   evolution above instead.
+- At large budgets the winner's loop search stalls (on held-out dep_1 and gmm_1 at 1000
+  trials altenv's best stopped improving near trials 450 and 421 and the rest went to the
+  same layout). Once ``stall_trials`` trials after the race bring no new best, the stage
+  takes the runner-up layouts in turn, ``revisit_trials`` each with the best layout's turn
+  in between, until one of them sets a new best (then it is the layout kept).
 """
 
 from __future__ import annotations
@@ -102,6 +107,12 @@ class EvolutionAgent(Agent):
     diversity:
         Decisions in which two candidates of one measured batch differ at least while the
         ranked batch offers enough such (:func:`spread`; 1: plain top-k).
+    stall_trials:
+        Trials of the loop-only stage without a new best after which it revisits the
+        runner-up layouts (counted from the end of the race, so that 200 trials, 140 of
+        them loop-only, never reach the default); ``None``: never.
+    revisit_trials:
+        Trials of each runner-up's revisit, and of the best layout's turn between two.
     """
 
     LOOP_SEARCHES = ("metaschedule", "evolution")
@@ -117,7 +128,8 @@ class EvolutionAgent(Agent):
                  explore_layout: float = 0.25,
                  loop_search: str = "metaschedule", ms_population: int = 512,
                  ms_batch: int = 32, race_layouts: int = 4, race_trials: int = 8,
-                 diversity: int = 2):
+                 diversity: int = 2, stall_trials: int | None = 128,
+                 revisit_trials: int = 64):
         if not 0 <= epsilon <= 1:
             raise ValueError(f"evolution: epsilon must be in [0, 1], got {epsilon}")
         if initial_layouts is not None and initial_layouts < 1:
@@ -136,6 +148,9 @@ class EvolutionAgent(Agent):
                              f"got {race_layouts} and {race_trials}")
         if diversity < 1:
             raise ValueError(f"evolution: diversity must be >= 1, got {diversity}")
+        if (stall_trials is not None and stall_trials < 1) or revisit_trials < 1:
+            raise ValueError(f"evolution: stall_trials must be >= 1 or None and "
+                             f"revisit_trials >= 1, got {stall_trials} and {revisit_trials}")
         if loop_search not in self.LOOP_SEARCHES:
             raise ValueError(f"evolution: loop_search must be one of "
                              f"{', '.join(self.LOOP_SEARCHES)}, got {loop_search!r}")
@@ -149,6 +164,7 @@ class EvolutionAgent(Agent):
         self.layout_draws = layout_draws
         self.race_layouts, self.race_trials = race_layouts, race_trials
         self.diversity = diversity
+        self.stall_trials, self.revisit_trials = stall_trials, revisit_trials
         self._task: str | None = None
         self._budget: Budget | None = None
         self._top_k = 0
@@ -269,18 +285,57 @@ class EvolutionAgent(Agent):
         self._turn += 1
         return ranked[self._turn % min(2, len(ranked))]
 
+    def _race_length(self, entrants: int) -> int:
+        """The trials of a race of ``entrants`` layouts run to the end."""
+        rounds, left = 0, entrants
+        while left > 1:
+            rounds, left = rounds + left, math.ceil(left / 2)
+        return rounds * self.race_trials
+
     def _race_entrants(self) -> int:
         """How many layouts the race can take: at most ``race_layouts``, and no more than
         fit in half of the loop-only stage (0: no race)."""
         if self._budget is None:
             return 0
         for n in range(self.race_layouts, 1, -1):
-            rounds, left = 0, n
-            while left > 1:
-                rounds, left = rounds + left, math.ceil(left / 2)
-            if rounds * self.race_trials <= self._budget.loop_only / 2:
+            if self._race_length(n) <= self._budget.loop_only / 2:
                 return n
         return 0
+
+    def _revisit(self, session: TuningSession) -> tuple[Factors, int] | None:
+        """The layout of the next loop-only batch after the race and the trials left in its
+        turn (``None``: the best layout, uncut, as without stall rule or runner-ups left).
+        The stall starts ``stall_trials`` after the latest new best (at the earliest that
+        many after the race's planned end); from there turns of ``revisit_trials`` go to
+        the runner-ups (ranked by their best when the stall started) and the best layout in
+        alternation. Like the race, this follows from the records alone."""
+        if self.stall_trials is None or self._budget is None:
+            return None
+        items = session.measured_items()
+        best, latest = math.inf, -1
+        for i, (_, latency) in enumerate(items):
+            if latency < best:
+                best, latest = latency, i
+        if latest < 0:
+            return None
+        race_end = self._budget.joint + self._race_length(self._race_entrants())
+        stalled = max(latest + 1, race_end) + self.stall_trials
+        leader = items[latest][0].factors
+        if len(items) < stalled:  # the best layout; its last batch ends where a stall begins
+            owed = stalled - len(items)
+            return None if owed >= self._top_k or leader in self._exhausted else (leader, owed)
+        turn, into = divmod(len(items) - stalled, self.revisit_trials)
+        if turn % 2:
+            return None if leader in self._exhausted else (leader, self.revisit_trials - into)
+        bests: dict[Factors, float] = {}
+        for cand, latency in items[:stalled]:
+            bests[cand.factors] = min(bests.get(cand.factors, math.inf), latency)
+        runners_up = sorted((f for f in bests if f != leader and math.isfinite(bests[f])),
+                            key=bests.get)
+        if turn // 2 >= len(runners_up):
+            return None
+        revisited = runners_up[turn // 2]
+        return None if revisited in self._exhausted else (revisited, self.revisit_trials - into)
 
     def _race(self, session: TuningSession) -> tuple[Factors, int] | None:
         """The raced layout of the next loop-only batch and the trials it still needs in
@@ -372,17 +427,23 @@ class EvolutionAgent(Agent):
         or ``layout``), valid points only, best predicted first. In the loop-only stage
         the layout is the race's while it runs, and with ``loop_search="metaschedule"``
         the batch is MetaSchedule's next picks for it (the evolution's population only
-        if it has none left to offer)."""
+        if it has none left to offer); after a stall, the layout whose turn it is
+        (:meth:`_revisit`)."""
         self.setup(session)
-        joint = layout is None
-        race = None if joint else self._race(session)
-        if race is None or race[1] == 0:
-            return self._loop_batch(session, n, layout if race is None else race[0])
-        batch = [c for c in self._loop_batch(session, n, race[0])
-                 if session.measured(c) is None][:race[1]]  # the round's quota, unmeasured
+        if layout is None:
+            return self._loop_batch(session, n, None)
+        turn = self._race(session)
+        if turn is not None and turn[1] == 0:  # the race is over: its winner, unless stalled
+            layout, turn = turn[0], None
+        if turn is None:
+            turn = self._revisit(session)
+        if turn is None:
+            return self._loop_batch(session, n, layout)
+        batch = [c for c in self._loop_batch(session, n, turn[0])
+                 if session.measured(c) is None][:turn[1]]  # the turn's quota, unmeasured
         if batch:
             return batch
-        self._exhausted.add(race[0])  # nothing new left on it: out of the race
+        self._exhausted.add(turn[0])  # nothing new left on it: out of the race or turn
         return self.propose(session, n, layout)
 
     def _loop_batch(self, session: TuningSession, n: int, layout: Factors | None

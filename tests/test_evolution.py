@@ -238,6 +238,69 @@ def test_killed_race_resumes_from_its_records(tmp_path):
         _check_race(db.records(task.key), budget.joint, 4)
 
 
+def _check_revisits(records, joint, stall, turn):
+    """Each loop-only record (no race) is on the layout that the stall rule owes it: the
+    best so far until ``stall`` trials bring no new best; then turns of ``turn`` trials
+    for the runner-ups (ranked by their best when the stall began) with the best layout's
+    turn in between, until one sets a new best. Returns the runner-ups revisited."""
+    layouts = [freeze(r.layouts["factors"]) for r in records]
+    medians = [r.median for r in records]
+    revisited = set()
+    for i in range(joint, len(records)):
+        latest = min(range(i), key=lambda j: (medians[j], j))
+        stalled = max(latest + 1, joint) + stall
+        expected = layouts[latest]
+        if i >= stalled and (i - stalled) // turn % 2 == 0:
+            bests: dict = {}
+            for f, m in zip(layouts[:stalled], medians[:stalled]):
+                bests[f] = min(bests.get(f, math.inf), m)
+            ranked = sorted((f for f in bests if f != expected), key=bests.get)
+            k = (i - stalled) // turn // 2
+            if k < len(ranked):
+                expected = ranked[k]
+                revisited.add(expected)
+        assert layouts[i] == expected, f"record {i}"
+    return revisited
+
+
+def test_stalled_loop_stage_revisits_the_runner_up_layouts(tmp_path):
+    task = OpTask(C2D)
+    with RecordDB(tmp_path / "records.jsonl") as db:
+        _tune(task, db, Budget(16, 80), race_layouts=0, stall_trials=8, revisit_trials=4)
+        assert len(_check_revisits(db.records(task.key), 16, 8, 4)) >= 2
+
+
+def test_killed_revisit_resumes_from_its_records(tmp_path):
+    task = OpTask(C2D)
+    budget = Budget(16, 80)
+    options = {"race_layouts": 0, "stall_trials": 8, "revisit_trials": 4}
+    with RecordDB(tmp_path / "records.jsonl") as db:
+        _tune(task, db, budget, **options)
+        full = db.records(task.key)
+    cut = next(i for i in range(16, 96) if freeze(full[i].layouts["factors"])
+               != freeze(full[i - 1].layouts["factors"])) + 2  # inside the first revisit
+
+    def kill(session):
+        if session.trials >= cut:
+            raise KeyboardInterrupt
+
+    with RecordDB(tmp_path / "killed.jsonl") as db, pytest.raises(KeyboardInterrupt):
+        _tune(task, db, budget, callbacks=[kill], **options)
+    with RecordDB(tmp_path / "killed.jsonl") as db:
+        session, _ = _tune(task, db, budget, seed=1, **options)
+        assert session.trials == 96
+        records = db.records(task.key)
+        assert len({r.key for r in records}) == 96  # nothing measured twice
+        assert _check_revisits(records, 16, 8, 4)
+
+
+def test_no_stall_rule_within_200_trials():
+    agent = agents.create("evolution")
+    agent._budget = Budget.split(200)
+    race_end = agent._budget.joint + agent._race_length(agent._race_entrants())
+    assert race_end + agent.stall_trials > 200
+
+
 def test_race_shrinks_to_fit_the_loop_stage():
     agent = agents.create("evolution", race_layouts=4, race_trials=8)
     for loop_only, entrants in ((140, 4), (90, 3), (40, 2), (20, 0)):
@@ -253,6 +316,11 @@ def test_bad_loop_search():
 def test_bad_race_options():
     with pytest.raises(ValueError, match="race_trials >= 1, got 4 and 0"):
         agents.create("evolution", race_layouts=4, race_trials=0)
+
+
+def test_bad_stall_options():
+    with pytest.raises(ValueError, match="revisit_trials >= 1, got 128 and 0"):
+        agents.create("evolution", revisit_trials=0)
 
 
 def test_bad_blocked_rounds():
