@@ -13,7 +13,7 @@ from altenv.measure import MeasureConfig, create
 from altenv.records import RecordDB
 from altenv.space.constraints import Hardware, LayoutConstraints
 from altenv.tuning import Budget, OpTask, TuningSession, tune
-from altenv.tuning.task import freeze
+from altenv.tuning.task import Candidate, freeze
 
 C2D = "c2d:N=1,I=8,O=16,H=8,W=8,KH=3,KW=3,pad=1"
 
@@ -240,16 +240,16 @@ def test_killed_race_resumes_from_its_records(tmp_path):
 
 def _check_revisits(records, joint, stall, turn):
     """Each loop-only record (no race) is on the layout that the stall rule owes it: the
-    best so far until ``stall`` trials bring no new best; then turns of ``turn`` trials
-    for the runner-ups (ranked by their best when the stall began) with the best layout's
-    turn in between, until one sets a new best. Returns the runner-ups revisited."""
+    best so far until ``stall`` trials bring no new best (by 1 %); then turns of ``turn``
+    trials for the runner-ups (ranked by their best when the stall began) with the best
+    layout's turn in between, until one sets a new best. Returns the runner-ups revisited."""
     layouts = [freeze(r.layouts["factors"]) for r in records]
     medians = [r.median for r in records]
     revisited = set()
     for i in range(joint, len(records)):
-        latest = min(range(i), key=lambda j: (medians[j], j))
-        stalled = max(latest + 1, joint) + stall
-        expected = layouts[latest]
+        gains = [j for j in range(i) if medians[j] < 0.99 * min(medians[:j], default=math.inf)]
+        stalled = max(gains[-1] + 1, joint) + stall
+        expected = layouts[min(range(i), key=lambda j: (medians[j], j))]
         if i >= stalled and (i - stalled) // turn % 2 == 0:
             bests: dict = {}
             for f, m in zip(layouts[:stalled], medians[:stalled]):
@@ -292,6 +292,36 @@ def test_killed_revisit_resumes_from_its_records(tmp_path):
         records = db.records(task.key)
         assert len({r.key for r in records}) == 96  # nothing measured twice
         assert _check_revisits(records, 16, 8, 4)
+
+
+class _Measured:
+    """What :meth:`EvolutionAgent._revisit` reads of a session: its measured items."""
+
+    def __init__(self, items):
+        self.items = items
+
+    def measured_items(self):
+        return self.items
+
+
+def test_a_stall_ends_only_with_a_gain_of_one_percent():
+    agent = agents.create("evolution", race_layouts=0, stall_trials=8, revisit_trials=4)
+    agent._budget, agent._top_k, agent._exhausted = Budget(6, 200), 4, set()
+    a, b, c = (freeze({"nt": n}) for n in (1, 2, 3))
+
+    def add(factors, latency, times=1):
+        items.extend([(Candidate(factors, None), latency)] * times)
+        return agent._revisit(_Measured(items))
+
+    items = [(Candidate(f, None), t) for f, t in
+             [(a, 1.0), (a, 1.5), (b, 1.2), (b, 1.1), (c, 1.3), (c, math.inf)]]
+    assert add(a, 2.0, 4) is None  # 4 trials to the stall: a's batches, uncut
+    assert add(a, 2.0, 2) == (a, 2)  # a's last batch ends where the stall begins
+    assert add(a, 2.0, 2) == (b, 4)  # stalled: the first runner-up's turn
+    assert add(b, 0.995) == (b, 3)  # faster than a, by 0.5 %: the stall goes on
+    assert add(b, 2.0, 3) == (b, 4)  # the best layout's turn (b's now)
+    assert add(b, 2.0, 4) == (c, 4)  # the second runner-up when the stall began
+    assert add(a, 0.9) is None  # a new best by 10 %: no stall
 
 
 def test_no_stall_rule_within_200_trials():
