@@ -115,6 +115,7 @@ class Device:
             use_tvm_threads(target_cores(target))
         self.runner = LeanLocalRunner(timeout_sec=timeout_sec)
         self.checks: dict[str, bytes] = {}
+        self.actor = ray.get_runtime_context().get_actor_id()
 
     def node(self) -> str:
         """The Ray node this device is on."""
@@ -128,8 +129,9 @@ class Device:
         # a path of its own, as a builder's artifacts have: the runner's worker links a
         # .tar to PATH.so and loads it, and the loader hands back the module it already
         # loaded from that path (every candidate would time the device's first). Nothing
-        # outlives the call: Ray kills an actor without running its cleanup.
-        folder = tempfile.mkdtemp(prefix="altenv-device-")
+        # outlives the call: Ray kills an actor without running its cleanup. The name tells
+        # whose folder it is (one an actor left when killed mid-call, or one being written).
+        folder = tempfile.mkdtemp(prefix=f"altenv-device-{self.actor}-")
         path = os.path.join(folder, "mod.tar")
         Path(path).write_bytes(artifact)
         evaluator = None
