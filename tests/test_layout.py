@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -10,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from altenv.layout import Layout, Window, random_layout
+from altenv.layout import layout as layout_module
 
 shapes = st.lists(st.integers(1, 6), min_size=1, max_size=4).map(tuple)
 SETTINGS = settings(max_examples=60, deadline=None)
@@ -269,3 +271,40 @@ def test_same_storage_is_equal_bytes() -> None:
     assert not blocked.same_storage(nchw)
     assert not nchw.pad(2, 1, 1).same_storage(nchw)
     assert not Layout((1, 96, 56, 57)).same_storage(nchw)
+
+
+@settings(max_examples=40, deadline=None)
+@given(shape=shapes, seed=st.integers(0, 10_000), steps=st.integers(1, 5),
+       chunk=st.integers(1, 50))
+def test_data_moves_chunk_by_chunk_as_in_one_piece(shape, seed, steps, chunk):
+    layout = random_layout(shape, np.random.default_rng(seed), steps=steps)
+    biased = Layout((5, 8)).store_at(Layout((8,)), 0).split(1, [-1, 2]).reorder([1, 0, 2])
+    x, w, b = rand(shape, seed), rand((5, 8)), rand((8,), 1)
+    whole, whole_biased = layout.apply(x), biased.apply(w, b)  # one chunk
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(layout_module, "CHUNK", chunk)
+        np.testing.assert_array_equal(layout.apply(x), whole)
+        np.testing.assert_array_equal(layout.invert(whole), x)
+        np.testing.assert_array_equal(biased.apply(w, b), whole_biased)
+        np.testing.assert_array_equal(biased.invert(whole_biased), w)
+        np.testing.assert_array_equal(biased.detach(whole_biased), b)
+
+
+def test_moving_data_needs_no_index_vectors_of_the_whole_tensor():
+    """A convolution input with unfolded rows and blocked channels: apply and invert stay
+    within a few times the tensor (whole-tensor index vectors were 8 bytes per dimension per
+    element in each intermediate)."""
+    x = rand((2, 64, 130, 130)).astype("float32")
+    layout = Layout(x.shape, "NCHW").unfold(2, 10, 8).split(1, [-1, 16]).reorder(
+        [0, 1, 2, 4, 3, 5])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(layout_module, "CHUNK", 1 << 14)  # 162 chunks of the physical tensor
+        tracemalloc.start()
+        try:
+            phys = layout.apply(x)
+            back = layout.invert(phys)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    np.testing.assert_array_equal(back, x)
+    assert peak < 4 * (phys.nbytes + back.nbytes), peak
