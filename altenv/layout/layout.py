@@ -321,7 +321,7 @@ CHUNK = 1 << 18
 once. Over a whole tensor those vectors cost 8 bytes per dimension per element in each
 intermediate: the correctness check of held-out dep_2's input laid out with 1x1 spatial tiles
 (16x31x31x512 windows of 5x5, 197 M elements) grew the process to 22 GiB and the OOM killer
-ended the bench; a chunk keeps them near 40 MB (1.5 GiB resident for that layout, most of
+ended the bench; a chunk keeps them near 40 MB (1.4 GiB resident for that layout, most of
 it the 0.8 GB tensor), whatever the tensor."""
 
 
