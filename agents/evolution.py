@@ -26,6 +26,10 @@ strategy in place of random batches:
   started from the layout's measured records and ranked by the same cost model (the
   race's trials come from the same searches); ``loop_search="evolution"`` keeps the
   evolution above instead.
+- ``cost_model="pretrained"`` starts the session's cost model from the shipped
+  cross-workload model (the one the ``ppo`` agent starts from): every layout's first batch
+  is then ranked by what other workloads taught, not by a model that has seen none of its
+  points.
 - At large budgets the winner's loop search stalls (on held-out dep_1 and gmm_1 at 1000
   trials altenv's best stopped improving near trials 450 and 421 and the rest went to the
   same layout). With ``stall_trials`` set, once that many trials after the race bring no
@@ -42,6 +46,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from altenv import pretrained
 from altenv.space.constraints import Hardware, LayoutConstraints
 from altenv.tuning.budget import Budget
 from altenv.tuning.ms_search import LayoutLoopSearch
@@ -115,6 +120,14 @@ class EvolutionAgent(Agent):
         alt9 128 was level on gmm_64x1280x960 and 6 % behind on c1d_512.
     revisit_trials:
         Trials of each runner-up's revisit, and of the best layout's turn between two.
+    cost_model:
+        What the session's cost model starts from: ``None``, nothing (it learns from the
+        run's own records; before its first training it ranks at random);
+        ``"pretrained"``, the shipped cross-workload model for the session's target
+        (:func:`altenv.pretrained.ppo_checkpoint`, the one the ``ppo`` agent continues);
+        or a checkpoint directory holding a ``costmodel.npz`` (``altenv train``'s
+        ``<run>/checkpoint``). Trees fitted to the run's records are added to it once it
+        has ``base_warmup`` (32) of them.
     """
 
     LOOP_SEARCHES = ("metaschedule", "evolution")
@@ -135,7 +148,7 @@ class EvolutionAgent(Agent):
                  loop_search: str = "metaschedule", ms_population: int = 512,
                  ms_batch: int = 32, race_layouts: int = 4, race_trials: int = 8,
                  diversity: int = 2, stall_trials: int | None = None,
-                 revisit_trials: int = 64):
+                 revisit_trials: int = 64, cost_model: str | None = None):
         if not 0 <= epsilon <= 1:
             raise ValueError(f"evolution: epsilon must be in [0, 1], got {epsilon}")
         if initial_layouts is not None and initial_layouts < 1:
@@ -160,6 +173,12 @@ class EvolutionAgent(Agent):
         if loop_search not in self.LOOP_SEARCHES:
             raise ValueError(f"evolution: loop_search must be one of "
                              f"{', '.join(self.LOOP_SEARCHES)}, got {loop_search!r}")
+        if cost_model not in (None, pretrained.PRETRAINED) and pretrained.cost_model(
+                cost_model) is None:
+            raise ValueError(f"evolution: cost_model must be null, "
+                             f"{pretrained.PRETRAINED!r} or a checkpoint directory with a "
+                             f"{pretrained.COST_MODEL}, got {cost_model!r}")
+        self.cost_model = cost_model
         self.loop_search, self.ms_population, self.ms_batch = (
             loop_search, ms_population, ms_batch)
         self.rng = np.random.default_rng(seed)
@@ -205,6 +224,8 @@ class EvolutionAgent(Agent):
         if session.task.key == self._task:
             return
         self._task = session.task.key
+        if self.cost_model is not None:
+            pretrained.start_from(session.cost_model, self.cost_model, session.task.target)
         self._pool: dict[Factors, list[Candidate]] = {}
         self._initial: list[Factors] = []
         self._blocked: Factors | None = None

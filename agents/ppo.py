@@ -49,9 +49,7 @@ from .checkpoint import has_policy, load_policy, save_policy
 from .masked_heads import MaskedHeads
 
 FOREVER = 10**9
-PRETRAINED = "pretrained"
-"""``checkpoint=`` value of the shipped checkpoint for the run's CPU
-(:func:`altenv.pretrained.ppo_checkpoint`)."""
+PRETRAINED = pretrained.PRETRAINED
 ACTIVATIONS = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU, "elu": torch.nn.ELU,
                "leaky_relu": torch.nn.LeakyReLU, "gelu": torch.nn.GELU}
 DEFAULT_POLICY_KWARGS: dict[str, Any] = {"net_arch": {"pi": [256, 128], "vf": [256, 128]}}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -336,6 +337,67 @@ def test_race_shrinks_to_fit_the_loop_stage():
     for loop_only, entrants in ((140, 4), (90, 3), (40, 2), (20, 0)):
         agent._budget = Budget(60, loop_only)
         assert agent._race_entrants() == entrants
+
+
+def test_cost_model_starts_from_a_checkpoint(tmp_path):
+    """``cost_model=`` continues a checkpoint's cross-workload model: the first batch is
+    ranked by it (not at random), and the run's records add trees to it."""
+    from altenv import pretrained
+    from altenv.costmodel import CostModel
+
+    task = OpTask(C2D)
+    with RecordDB(tmp_path / "records.jsonl") as db:  # a model trained on another layout's points
+        seed_session = TuningSession(task, SyntheticMeasurer(), db, check=False)
+        space = task.space(task.default_factors())
+        seed_session.measure([Candidate(task.default_factors(), p)
+                              for p in space.sample(12, np.random.default_rng(1))])
+        base = seed_session.cost_model
+        base.fit()
+        checkpoint = tmp_path / "checkpoint"
+        checkpoint.mkdir()
+        base.save(checkpoint / pretrained.COST_MODEL, records=False)
+
+    blocked = task.blocked_factors(Hardware.of(task.target).lanes())
+    probe = [Candidate(blocked, p)
+             for p in task.space(blocked).sample(16, np.random.default_rng(2))]
+    shipped = CostModel.load(checkpoint / pretrained.COST_MODEL)
+    with RecordDB(tmp_path / "run.jsonl") as db:
+        session = TuningSession(task, SyntheticMeasurer(), db, CostModel(base_warmup=8),
+                                check=False)
+        agent = agents.create("evolution", seed=0, population=16, generations=2, children=16,
+                              samples=12, ms_population=32, ms_batch=8,
+                              cost_model=str(checkpoint))
+        agent.setup(session)
+        assert session.cost_model.is_trained and session.trials == 0
+        with RecordDB(tmp_path / "other.jsonl") as other:
+            alone = TuningSession(task, SyntheticMeasurer(), other, shipped, check=False)
+            assert np.allclose(session.predict(probe), alone.predict(probe))
+        tune(session, agent, Budget(12, 4), top_k=4, progress=False)
+        assert session.trials == 16
+        assert session.cost_model.base is not None  # kept under the trees of the run's records
+        assert session.cost_model.booster.num_boosted_rounds() > \
+            shipped.booster.num_boosted_rounds()
+
+
+def test_cost_model_pretrained_is_the_shipped_one_for_the_target(tmp_path):
+    from altenv import pretrained
+
+    path = pretrained.ppo_checkpoint()
+    if path is None:
+        pytest.skip("no shipped checkpoint")
+    task = OpTask(C2D)
+    with RecordDB(tmp_path / "records.jsonl") as db:
+        session = TuningSession(task, SyntheticMeasurer(), db, check=False)
+        assert not session.cost_model.is_trained  # random ranking before its first training
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # this CPU may not be the checkpoint's
+            agents.create("evolution", cost_model="pretrained").setup(session)
+        assert session.cost_model.base is pretrained.cost_model(path).booster
+
+
+def test_bad_cost_model(tmp_path):
+    with pytest.raises(ValueError, match="cost_model must be null, 'pretrained' or a checkpoint"):
+        agents.create("evolution", cost_model=str(tmp_path))
 
 
 def test_bad_loop_search():

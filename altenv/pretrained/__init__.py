@@ -28,6 +28,9 @@ PPO_CHECKPOINTS = Path(__file__).resolve().parent / "ppo"
 """The shipped PPO checkpoints, one folder per CPU (``mcpu``) they were made on."""
 CARD = "card.json"
 COST_MODEL = "costmodel.npz"
+PRETRAINED = "pretrained"
+"""The name agents' options give the shipped checkpoint for the run's CPU
+(:func:`ppo_checkpoint`)."""
 
 
 def card(checkpoint: str | Path | None = None) -> dict[str, Any] | None:
@@ -111,3 +114,17 @@ def warn_host_mismatch(checkpoint: str | Path, target: Any) -> None:
     reason = host_mismatch(checkpoint, target)
     if reason:
         warnings.warn(reason, stacklevel=3)
+
+
+def start_from(model: CostModel, checkpoint: str | Path, target: Any) -> Path | None:
+    """Make ``model`` (a session's) continue from a checkpoint's cross-workload cost model:
+    :data:`PRETRAINED` (the shipped one for ``target``) or a checkpoint directory. Warns
+    where the checkpoint was made on another CPU; returns the checkpoint used
+    (``None``: none is shipped for ``target``, and ``model`` is left as it is)."""
+    path = ppo_checkpoint(target) if checkpoint == PRETRAINED else Path(checkpoint)
+    base = cost_model(path) if path is not None else None
+    if base is None:
+        return None
+    warn_host_mismatch(path, target)
+    model.adopt(base)
+    return path
