@@ -239,6 +239,39 @@ def test_killed_race_resumes_from_its_records(tmp_path):
         _check_race(db.records(task.key), budget.joint, 4)
 
 
+def test_predicted_layout_rank_races_the_layouts_the_model_ranks_best(tmp_path):
+    """With ``layout_rank="predicted"`` the race's entrants are the joint stage's layouts
+    ordered by the best cost-model score over each one's evolved loop population, and the
+    rounds keep the race's shape (4 trials each for four, 4 more for two, then one)."""
+    task = OpTask(C2D)
+    budget = Budget(24, 56)
+    with RecordDB(tmp_path / "records.jsonl") as db:
+        session, agent = _tune(task, db, budget, race_trials=4, layout_rank="predicted")
+        records = db.records(task.key)
+        layouts = [freeze(r.layouts["factors"]) for r in records]
+        assert len(records) == 80 and len(set(r.key for r in records)) == 80
+        joint = set(layouts[:24])
+        entrants = agent._race_ranks[frozenset(joint)][:4]
+        got = layouts[24:40]
+        assert {f: got.count(f) for f in set(got)} == dict.fromkeys(entrants, 4)
+        finalists = agent._race_ranks[frozenset(entrants)][:2]
+        got = layouts[40:48]
+        assert {f: got.count(f) for f in set(got)} == dict.fromkeys(finalists, 4)
+        winner = agent._race_ranks[frozenset(finalists)][0]
+        assert set(layouts[48:]) == {winner}
+        # the ranking is the model's: the best predicted score of each layout's population
+        bests = {f: min(r.median for r, g in zip(records, layouts) if g == f) for f in joint}
+        ranked = agent._rank(session, bests)
+        potential = [session.predict(agent._pool[f]).max() for f in ranked]
+        assert potential == sorted(potential, reverse=True)
+        assert set(ranked) == joint
+
+
+def test_bad_layout_rank():
+    with pytest.raises(ValueError, match="layout_rank must be one of measured, predicted"):
+        agents.create("evolution", layout_rank="guess")
+
+
 def _check_revisits(records, joint, stall, turn):
     """Each loop-only record (no race) is on the layout that the stall rule owes it: the
     best so far until ``stall`` trials bring no new best (by 1 %); then turns of ``turn``
