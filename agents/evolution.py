@@ -32,7 +32,7 @@ strategy in place of random batches:
   on one batch of 8 trials is judged on the luck of those samples (the best of
   ``heldout`` c2d_1's 16-channel blocked layout's first 8 trials was 27.9 ms in one seed,
   4.8 ms in two others), while the model ranks every layout by what all layouts' trials
-  taught it.
+  taught it. Off by default: on alt9 it ranked no better than the measured bests.
 - ``cost_model="pretrained"`` starts the session's cost model from the shipped
   cross-workload model (the one the ``ppo`` agent starts from): every layout's first batch
   is then ranked by what other workloads taught, not by a model that has seen none of its
