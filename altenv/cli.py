@@ -70,6 +70,67 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _dataset_collect(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from .bench.peak import host_peak  # loads TVM: only when run
+    from .config import DatasetConfig, load_config
+    from .pipeline.dataset import collect_dataset
+
+    cfg = load_config(args.config, DatasetConfig, output=args.output, seed=args.seed)
+    card = {"command": f"altenv dataset collect {args.config}",
+            "roofline": asdict(host_peak(cfg.target))}
+    out, done = collect_dataset(cfg, progress=not args.quiet, card=card)
+    print(f"dataset {out}: {done.workloads} workloads collected in this call, "
+          f"{done.programs} programs ({done.failed} failed); card {out / 'card.json'}")
+    return 0
+
+
+def _dataset_info(args: argparse.Namespace) -> int:
+    from .datapath import dataset_dir
+    from .dataset.info import format_info
+
+    try:
+        path = dataset_dir(args.dataset)
+    except ValueError as err:
+        print(f"altenv: {err}", file=sys.stderr)
+        return 2
+    print(format_info(str(path)), end="")
+    return 0
+
+
+def _dataset_surrogate(args: argparse.Namespace) -> int:
+    from .config import ConfigError
+    from .datapath import dataset_dir
+    from .dataset import Dataset
+    from .dataset.surrogate import (
+        FILE,
+        card_entry,
+        evaluate,
+        format_accuracy,
+        write_card_entry,
+    )
+
+    if not 0 < args.holdout < 1:
+        raise ConfigError(f"--holdout: a fraction in (0, 1), got {args.holdout}")
+    try:
+        data = Dataset.open(dataset_dir(args.dataset))
+    except ValueError as err:
+        raise ConfigError(f"dataset: {err}") from None
+    if not data.workloads():
+        raise ConfigError(f"dataset {data.path}: no workload collected yet")
+    scores, model = evaluate(data, args.holdout, args.seed)
+    print(f"surrogate of {data.name}: {args.holdout:.0%} of each workload's programs held "
+          f"out (seed {args.seed}), fitted on the rest")
+    print(format_accuracy(scores), end="")
+    if not args.no_save:
+        model.save(data.path / FILE)
+        write_card_entry(data, card_entry(scores, args.holdout, args.seed))
+        print(f"saved {data.path / FILE} (fitted on every program) and "
+              f"{data.path / 'surrogate-accuracy.json'}")
+    return 0
+
+
 def _export(args: argparse.Namespace) -> int:
     from .export import export_run_dir  # loads TVM: only when run
 
@@ -195,9 +256,12 @@ def _bench_envs(args: argparse.Namespace) -> int:
     if not counts or min(counts) < 1 or min(args.steps, args.workloads, args.batch) < 1:
         raise ConfigError("bench envs: --envs takes counts >= 1 such as 1,2; --steps, "
                           "--workloads and --batch must be >= 1")
-    rows = env_speed(counts, args.steps, args.workloads, args.seed, batch=args.batch)
-    print(f"altenv/CrossExploration-v0, cost-model rewards, {args.workloads} drawn workloads, "
-          f"batch {args.batch}, host {make_target(None)}")
+    rows = env_speed(counts, args.steps, args.workloads, args.seed, batch=args.batch,
+                     reward_source=args.reward_source, dataset=args.dataset)
+    source = (f"dataset {args.dataset or 'cpu-v0'} replayed" if args.reward_source == "dataset"
+              else f"cost-model rewards, {args.workloads} drawn workloads")
+    print(f"altenv/CrossExploration-v0, {source}, batch {args.batch}, host "
+          f"{make_target(None)}")
     print(format_rows(rows))
     return 0
 
@@ -304,6 +368,28 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--repair", action="store_true", help=REPAIR_HELP)
     train.set_defaults(func=_train)
 
+    dataset = sub.add_parser("dataset", help="measured-program datasets: collect one, "
+                                             "describe one")
+    dkinds = dataset.add_subparsers(dest="dataset_command", required=True)
+    dcollect = dkinds.add_parser("collect", help="measure a dataset from a YAML config "
+                                                 "(resumes; see configs/dataset_cpu.yaml)")
+    dcollect.add_argument("config", help="YAML dataset config")
+    dcollect.add_argument("--output", help="dataset directory (default: the config's output)")
+    dcollect.add_argument("--seed", type=int)
+    dcollect.add_argument("--quiet", action="store_true", help="no progress bar")
+    dcollect.set_defaults(func=_dataset_collect)
+    dsur = dkinds.add_parser("surrogate", help="fit a dataset's surrogate, print its held-out "
+                                               "Spearman and top-8 recall per workload, save it")
+    dsur.add_argument("dataset", help="a dataset directory or the name of a shipped one")
+    dsur.add_argument("--holdout", type=float, default=0.2,
+                      help="fraction of each workload's programs held out (default 0.2)")
+    dsur.add_argument("--seed", type=int, default=0)
+    dsur.add_argument("--no-save", action="store_true", help="evaluate only")
+    dsur.set_defaults(func=_dataset_surrogate)
+    dinfo = dkinds.add_parser("info", help="a dataset's card and counts per workload")
+    dinfo.add_argument("dataset", help="a dataset directory or the name of a shipped one")
+    dinfo.set_defaults(func=_dataset_info)
+
     export = sub.add_parser("export", help="export a tuned run for deployment")
     export.add_argument("run", help="run directory, e.g. runs/resnet18")
     export.add_argument("--output", required=True, help="directory to write (new or empty)")
@@ -358,6 +444,11 @@ def build_parser() -> argparse.ArgumentParser:
     speed.add_argument("--workloads", type=int, default=64, help="drawn workloads")
     speed.add_argument("--batch", type=int, default=16, help="loop points sampled per round")
     speed.add_argument("--seed", type=int, default=0)
+    speed.add_argument("--reward-source", choices=("cost_model", "dataset"),
+                       default="cost_model", help="cost-model rewards (default) or a dataset "
+                                                  "replayed")
+    speed.add_argument("--dataset", help="with --reward-source dataset: a dataset name or "
+                                         "directory (default: the shipped cpu-v0)")
     speed.set_defaults(func=_bench_envs)
     peak = kinds.add_parser("peak", help="this host's fp32 FMA peak and memory bandwidth "
                                          "(the roofline of bench ops tables), cached per host")

@@ -352,6 +352,47 @@ class TrainConfig(_Run):
         return self
 
 
+class CollectionConfig(Strict):
+    """How much of each workload a dataset measures (:class:`altenv.dataset.collect.Plan`):
+    up to ``layouts`` layouts (the framework layout always among them), per layout
+    ``samples`` programs of MetaSchedule's sampling and ``searched`` mutants of the fastest
+    of them, each timed ``rounds`` times interleaved; a reference kernel re-timed every
+    ``reference_every`` seconds."""
+
+    layouts: int = Field(12, ge=1)
+    samples: int = Field(17, ge=1)
+    searched: int = Field(8, ge=0)
+    rounds: int = Field(5, ge=5)
+    reference_every: float = Field(180.0, gt=0)
+
+
+class DatasetConfig(Strict):
+    """A measured-program dataset (``altenv dataset collect CONFIG``): the workloads of
+    ``draw`` (never a benchmark suite's), the complex tasks of ``models`` and the specs of
+    ``workloads``, collected into ``output`` as ``collection`` says."""
+
+    output: str
+    draw: DrawConfig | None = None
+    models: list[str] = Field(default_factory=list)
+    workloads: list[str] = Field(default_factory=list)
+    collection: CollectionConfig = Field(default_factory=CollectionConfig)
+    target: TargetSpec = "cpu"
+    measure: MeasureConfig = Field(default_factory=lambda: MeasureConfig(
+        number=1, repeat=1, min_repeat_ms=10))
+    seed: int = 0
+
+    @field_validator("workloads")
+    @classmethod
+    def _workloads(cls, value: list[str]) -> list[str]:
+        return [_spec(w) for w in value]
+
+    @model_validator(mode="after")
+    def _something(self) -> DatasetConfig:
+        if not (self.draw or self.models or self.workloads):
+            raise ValueError("give at least one of 'draw', 'models' and 'workloads'")
+        return self
+
+
 def _one_line(err: ValidationError, source: str) -> str:
     first = err.errors()[0]
     loc = ".".join(str(p) for p in first["loc"]) or "(top level)"

@@ -34,6 +34,8 @@ NEST_FEATURES = 3
 """Features per loop: log2(extent + 1), whether it is a reduction loop, its kind."""
 FEATURE_LENGTH = PER_STORE_FEATURES + NEST_LOOPS * NEST_FEATURES
 """Length of one row of :func:`extract_features`."""
+FEATURE_SCALE = 64.0
+"""Per-store features are log2-scaled counts; dividing by this maps them into [0, 1]."""
 
 
 def top_k(scores: np.ndarray | Sequence[float], k: int = 8) -> np.ndarray:
@@ -59,6 +61,15 @@ def extract_features(context: ms.TuneContext, schedules: Sequence[Schedule],
     rows = [t.numpy().astype(np.float32) for t in extractor.extract_from(context, candidates)]
     return [np.hstack([r, np.tile(loop_nest_features(sch), (len(r), 1))])
             for r, sch in zip(rows, schedules, strict=True)]
+
+
+def feature_summary(features: np.ndarray) -> np.ndarray:
+    """Mean and max over stores of one program's per-store features, in [0, 1]
+    (length ``2 * FEATURE_LENGTH``): a fixed-length view of a program of any size."""
+    if len(features) == 0:
+        return np.zeros(2 * FEATURE_LENGTH, dtype=np.float32)
+    summary = np.concatenate([features.mean(axis=0), features.max(axis=0)]) / FEATURE_SCALE
+    return np.clip(summary, 0.0, 1.0).astype(np.float32)
 
 
 def loop_nest_features(sch: Schedule) -> np.ndarray:

@@ -9,11 +9,14 @@
 
 The ids are registered as nondeterministic: by default rewards are measured latencies.
 With ``reward_source="cost_model"`` and a seed, episodes are reproducible.
+``altenv/CrossExploration-v0`` with ``reward_source="dataset"`` replays a measured-program
+dataset (:class:`CrossExplorationReplayEnv`; no workload: the shipped dataset's).
 """
 
 import gymnasium as gym
 
 from .cross import CrossExplorationEnv
+from .cross_replay import CrossExplorationReplayEnv, make_cross_exploration
 from .joint import JointTuningEnv, random_directions
 from .layout import LayoutTuningEnv
 from .loop import LoopTuningEnv
@@ -25,10 +28,13 @@ ENV_IDS = {
     "altenv/CrossExploration-v0": CrossExplorationEnv,
 }
 
+ENTRY_POINTS = {"altenv/CrossExploration-v0": make_cross_exploration}
+"""Ids whose entry point picks the class by ``reward_source`` (``"dataset"``: a replay)."""
+
 for _id, _cls in ENV_IDS.items():
     if _id not in gym.registry:
-        gym.register(id=_id, entry_point=f"{_cls.__module__}:{_cls.__name__}",
-                     nondeterministic=True)
+        gym.register(id=_id, entry_point=ENTRY_POINTS.get(
+            _id, f"{_cls.__module__}:{_cls.__name__}"), nondeterministic=True)
 
-__all__ = ["ENV_IDS", "CrossExplorationEnv", "JointTuningEnv", "LayoutTuningEnv",
-           "LoopTuningEnv", "random_directions"]
+__all__ = ["ENV_IDS", "CrossExplorationEnv", "CrossExplorationReplayEnv", "JointTuningEnv",
+           "LayoutTuningEnv", "LoopTuningEnv", "random_directions"]

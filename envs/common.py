@@ -8,8 +8,8 @@ that best program on ``env.unwrapped``.
 
 The layout actor's state and actions are the template's own
 (:class:`~altenv.ops.templates.Template`: ``observation``, ``action_nvec``,
-``factors_from_indices``, ``action_mask``); :func:`feature_summary` reduces MetaSchedule's
-per-store program features to a fixed length.
+``factors_from_indices``, ``action_mask``); :func:`altenv.costmodel.feature_summary`
+reduces MetaSchedule's per-store program features to a fixed length.
 """
 
 from __future__ import annotations
@@ -39,8 +39,6 @@ from altenv.tuning.task import Factors
 REWARD_SOURCES = ("measure", "cost_model")
 FEATURES = FEATURE_LENGTH
 """Length of a store's feature row (``altenv.costmodel.extract_features``)."""
-FEATURE_SCALE = 64.0
-"""Per-store features are log2-scaled counts; dividing by this maps them into [0, 1]."""
 WORST_REWARD = -1.0
 """Reward of a failed candidate, and the floor of ``1 - latency / U``."""
 
@@ -286,10 +284,3 @@ class TuningEnv(gym.Env):
 
 
 # ---------------------------------------------------------------------- observations
-def feature_summary(features: np.ndarray) -> np.ndarray:
-    """Mean and max over stores of one program's per-store features, in [0, 1]
-    (length ``2 * FEATURES``)."""
-    if len(features) == 0:
-        return np.zeros(2 * FEATURES, dtype=np.float32)
-    summary = np.concatenate([features.mean(axis=0), features.max(axis=0)]) / FEATURE_SCALE
-    return np.clip(summary, 0.0, 1.0).astype(np.float32)

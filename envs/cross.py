@@ -11,11 +11,11 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from altenv.costmodel import CostModel
+from altenv.costmodel import CostModel, feature_summary
 from altenv.measure import Measurer
 from altenv.ops import LayoutTemplate, divisors
 from altenv.ops.features import WORKLOAD_FEATURES, workload_features
-from altenv.ops.templates import Template
+from altenv.ops.templates import KNOB_ROLES, Template
 from altenv.space import LoopPoint, LoopSpace
 from altenv.space.constraints import Hardware, LayoutConstraints
 from altenv.tuning import Candidate, OpTask, TuningSession, freeze
@@ -27,14 +27,12 @@ from .common import (
     Backend,
     TuningEnv,
     default_cost_model,
-    feature_summary,
     finite_action,
     make_task,
 )
 from .wrappers import MAX_DIRECTIONS, MAX_SUBSPACES, MAX_VECTOR, fit_directions
 
-SLOTS = ("dt", "ht", "wt", "ot", "it", "it_w", "ot_w", "mt", "nt", "kt",
-         "dt1", "ht1", "wt1", "ot1", "it_w1", "ot_w1")
+SLOTS = KNOB_ROLES
 """Layout action heads, one per knob role (outer levels of two-level templates last), so
 a knob keeps its head across operators and shapes."""
 BINS = 12

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from altenv.costmodel import CostModel
+from altenv.costmodel import CostModel, feature_summary
 from altenv.measure import Measurer
 from altenv.space import LoopPoint
 from altenv.space.constraints import LoopConstraints, loop_constraints
@@ -22,7 +22,6 @@ from .common import (
     Backend,
     TuningEnv,
     as_factors,
-    feature_summary,
     finite_action,
     make_task,
 )

@@ -18,10 +18,10 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from altenv.costmodel import extract_features
+from altenv.costmodel import extract_features, feature_summary
 from altenv.space import LoopPoint, LoopSpace
 
-from .common import FEATURES, feature_summary, finite_action
+from .common import FEATURES, finite_action
 
 MAX_SUBSPACES = 48
 MAX_DIRECTIONS = 32

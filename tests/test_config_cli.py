@@ -16,7 +16,7 @@ import yaml
 from conftest import SMALL_EVOLUTION
 
 from altenv.cli import _set_options, main
-from altenv.config import ConfigError, RunConfig, TrainConfig, load_config
+from altenv.config import ConfigError, DatasetConfig, RunConfig, TrainConfig, load_config
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
@@ -67,7 +67,8 @@ def test_shipped_configs_validate():
     for path in paths:
         data = yaml.safe_load(path.read_text())
         train = {"workloads", "models", "corpus", "pretrain"} & set(data)
-        schema = TrainConfig if train else RunConfig
+        schema = (DatasetConfig if "collection" in data else TrainConfig if train
+                  else RunConfig)
         load_config(path, schema)
 
 

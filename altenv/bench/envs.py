@@ -1,9 +1,10 @@
 """``altenv bench envs``: environment steps per second, one env against parallel copies.
 
-Pretraining runs ``altenv/CrossExploration-v0`` on cost-model rewards, where a step costs
-CPU only (sampling and replaying MetaSchedule schedules, program features, a cost-model
-prediction), so its speed decides how much a policy can learn in an hour. This times
-random masked actions on drawn workloads for each number of envs, the copies in SB3's
+Pretraining runs ``altenv/CrossExploration-v0`` without a device: on cost-model rewards a
+step costs CPU (sampling and replaying MetaSchedule schedules, program features, a
+cost-model prediction); on a dataset's (``reward_source="dataset"``) it is a table lookup
+or a surrogate's prediction. Its speed decides how much a policy can learn in an hour.
+This times random masked actions for each number of envs, the copies in SB3's
 ``SubprocVecEnv`` (one process each), after a warm-up that pays imports and first
 programs.
 """
@@ -20,6 +21,7 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
 from envs.cross import ACTION_NVEC, CrossExplorationEnv
+from envs.cross_replay import CrossExplorationReplayEnv
 
 from ..ops.draw import draw_workloads
 from ..suites import suite_specs
@@ -27,21 +29,34 @@ from ..suites import suite_specs
 
 def _masked_actions(masks: np.ndarray, nvec: Sequence[int], rng: np.random.Generator
                     ) -> np.ndarray:
-    """One uniformly random allowed value per head, for each env's flat mask."""
-    bounds = np.cumsum(nvec)[:-1]
-    return np.array([[rng.choice(np.flatnonzero(h)) for h in np.split(m, bounds)]
-                     for m in masks])
+    """One uniformly random allowed value per head, for each env's flat mask (heads of
+    equal size drawn together, so that drawing costs little next to a replayed step)."""
+    out, at, head = [], 0, 0
+    nvec = list(nvec)
+    while head < len(nvec):
+        run = next((j for j in range(head, len(nvec)) if nvec[j] != nvec[head]), len(nvec))
+        width = nvec[head] * (run - head)
+        block = masks[:, at:at + width].reshape(len(masks), run - head, nvec[head])
+        noise = np.where(block, rng.random(block.shape), -1.0)
+        out.append(noise.argmax(axis=2))
+        at, head = at + width, run
+    return np.concatenate(out, axis=1)
 
 
 def env_speed(n_envs: Sequence[int], steps: int, workloads: int = 64, seed: int = 0,
-              cost_model: Any = None, warmup: int = 64, **env_options: Any
-              ) -> list[dict[str, float]]:
-    """Steps per second of ``altenv/CrossExploration-v0`` (cost-model rewards over
-    ``workloads`` drawn operators) for each count in ``n_envs``: ``steps`` steps per env,
-    timed after ``warmup``."""
-    specs = draw_workloads(workloads, seed + 1000, exclude=suite_specs())
-    env_fn = functools.partial(CrossExplorationEnv, specs, reward_source="cost_model",
-                               cost_model=cost_model, **env_options)
+              cost_model: Any = None, warmup: int = 64, reward_source: str = "cost_model",
+              dataset: str | None = None, **env_options: Any) -> list[dict[str, float]]:
+    """Steps per second of ``altenv/CrossExploration-v0`` for each count in ``n_envs``:
+    ``steps`` steps per env, timed after ``warmup``; cost-model rewards over ``workloads``
+    drawn operators, or (``reward_source="dataset"``) every workload of ``dataset``
+    replayed (``None``: the shipped one)."""
+    if reward_source == "dataset":
+        extra = {"dataset": dataset} if dataset is not None else {}
+        env_fn = functools.partial(CrossExplorationReplayEnv, **extra, **env_options)
+    else:
+        specs = draw_workloads(workloads, seed + 1000, exclude=suite_specs())
+        env_fn = functools.partial(CrossExplorationEnv, specs, reward_source="cost_model",
+                                   cost_model=cost_model, **env_options)
     rows = []
     rng = np.random.default_rng(seed)
     for n in n_envs:

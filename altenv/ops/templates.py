@@ -49,6 +49,11 @@ def nearest_divisor(n: int, x: float) -> int:
     return min(divisors(n), key=lambda d: (abs(d - x), d))
 
 
+KNOB_ROLES = ("dt", "ht", "wt", "ot", "it", "it_w", "ot_w", "mt", "nt", "kt",
+              "dt1", "ht1", "wt1", "ot1", "it_w1", "ot_w1")
+"""Every knob name a layout template of one or two levels has: a fixed vocabulary, so a
+policy head or a model input keeps its meaning across operators and shapes."""
+
 PAD_TILES = (4, 8, 16, 32, 64)
 """Tiles a paddable dim may take though they do not divide it (SIMD widths and blocks)."""
 PAD_WASTE = 0.25

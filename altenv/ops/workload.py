@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..datapath import SCHEME, resolve_uri
+
 DTYPES = ("float32", "float16", "int8")
 
 # kind -> (required keys, optional keys with defaults)
@@ -74,9 +76,12 @@ def _fmt(value: int | tuple[int, ...]) -> str:
 
 
 def parse_workload(spec: str | Workload) -> Workload:
-    """Parse ``kind:key=value,...`` into a :class:`Workload`, with clear errors."""
+    """Parse ``kind:key=value,...`` (or a dataset's ``altenv://<dataset>/<workload>``) into a
+    :class:`Workload`, with clear errors."""
     if isinstance(spec, Workload):
         return spec
+    if str(spec).strip().startswith(SCHEME):
+        spec = resolve_uri(str(spec).strip())
     kind, sep, body = str(spec).strip().partition(":")
     if kind not in KEYS:
         raise ValueError(f"workload {spec!r}: unknown operator {kind!r}; "

@@ -1,0 +1,357 @@
+"""Collecting a measured-program dataset: many workloads, many layouts each, programs
+from slow to fast, every one checked against torch and timed several times interleaved.
+
+Each workload is collected in one pass over its layouts (:func:`layout_plan`): per layout,
+``samples`` points drawn by MetaSchedule's own sampling of the layout's design space, then
+``searched`` mutants of the fastest of them (one step of an evolutionary search), so the
+data spans the slow programs a random policy meets and the fast ones a search finds. A
+batch is built once and timed ``rounds`` times, the order rotating each round, so every
+program carries its own noise. A fixed reference kernel is re-timed every
+``reference_every`` seconds, and each program row keeps the latest of its timings, so a
+host that drifts shows it in the data.
+
+A collection resumes: measured programs are journaled as they come (one records file per
+workload, flushed and synced), a finished workload becomes its Parquet file, and a killed
+collection starts again at the program after the last one journaled; the plan (layouts,
+sampled points, mutants) is drawn from a seed per workload, so it is the same plan.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import math
+import os
+import platform
+import subprocess
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from ..costmodel import extract_features, feature_summary
+from ..lock import DirLock
+from ..measure import MeasureCandidate, MeasureConfig, Measurer, MeasureResult
+from ..ops import parse_workload
+from ..ops.features import workload_features
+from ..ops.operators import operator_for
+from ..records import RecordDB, target_string
+from ..space import LoopPoint, LoopSpace
+from ..target import make_target, vector_bits
+from ..tuning import OpTask, freeze
+from ..tuning.task import Factors
+from .layouts import layout_plan
+from .store import (
+    CARD,
+    PROGRAMS,
+    REFERENCE_SCHEMA,
+    Dataset,
+    program_table,
+    write_atomic,
+    write_json_atomic,
+)
+
+REFERENCE_SPEC = "gmm:M=128,N=128,K=128"
+"""The fixed kernel re-timed through a collection (its default layout and loop point)."""
+ELITES = 4
+"""Sampled programs of a layout whose mutants make its searched programs."""
+
+
+@dataclass
+class Plan:
+    """How much of each workload is measured."""
+
+    layouts: int = 12
+    samples: int = 17
+    searched: int = 8
+    rounds: int = 5
+    reference_every: float = 180.0
+    seed: int = 0
+
+
+@dataclass
+class Progress:
+    """What a collection did (for the card and the command's last line)."""
+
+    workloads: int = 0
+    programs: int = 0
+    failed: int = 0
+    seconds: float = 0.0
+    per_workload: dict[str, float] = field(default_factory=dict)
+
+
+def subspace_json(space: LoopSpace) -> list[dict[str, Any]]:
+    """The loop space's structure, enough to walk it without TVM: each subspace's class,
+    size, directions and fields."""
+    out = []
+    for sub in space.subspaces:
+        entry = {"type": type(sub).__name__, "size": sub.size,
+                 "directions": sub.num_directions}
+        entry.update({k: v for k, v in vars(sub).items()
+                      if isinstance(v, (int, str, float, bool, list, tuple))})
+        out.append(entry)
+    return out
+
+
+class ReferenceTimer:
+    """Re-times :data:`REFERENCE_SPEC` every ``every`` seconds, journaling each timing."""
+
+    def __init__(self, measurer: Measurer, target: Any, journal: Path, every: float,
+                 rounds: int):
+        task = OpTask(REFERENCE_SPEC, target)
+        factors = task.default_factors()
+        space = task.space(factors)
+        self._candidate = MeasureCandidate(space.decode(space.default).mod,
+                                           task.check(factors))
+        self._measurer, self._journal, self._every, self._rounds = (
+            measurer, journal, every, rounds)
+        self._last = -math.inf
+        journal.parent.mkdir(parents=True, exist_ok=True)
+        self.timings: list[tuple[float, float]] = sorted(
+            (row["timestamp"], row["latency"]) for row in self._rows())
+
+    def maybe(self) -> None:
+        """Time the reference if ``every`` seconds passed since the last timing."""
+        if time.monotonic() - self._last < self._every:
+            return
+        (rounds,) = self._measurer.retime([self._candidate], self._rounds)
+        result = combine(rounds)
+        self._last = time.monotonic()
+        row = {"timestamp": time.time(), "latency": result.median}
+        with self._journal.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        self.timings.append((row["timestamp"], row["latency"]))
+
+    def at(self, timestamp: float) -> float:
+        """The reference's latest timing at ``timestamp`` (``nan`` before the first)."""
+        i = bisect.bisect_right(self.timings, (timestamp, math.inf))
+        return self.timings[i - 1][1] if i else math.nan
+
+    def _rows(self) -> list[dict[str, float]]:
+        if not self._journal.exists():
+            return []
+        rows = []
+        for line in self._journal.read_text().splitlines():
+            try:
+                rows.append({k: float(v) for k, v in json.loads(line).items()})
+            except (ValueError, AttributeError):  # a line cut short by a kill
+                continue
+        return rows
+
+    def table(self) -> Any:
+        import pyarrow as pa
+
+        return pa.Table.from_pylist(
+            [{"timestamp": t, "latency": lat} for t, lat in self.timings],
+            schema=REFERENCE_SCHEMA)
+
+
+def combine(rounds: Sequence[MeasureResult]) -> MeasureResult:
+    """One result of a program timed in several interleaved rounds: one latency per round
+    (the median of that round's repeats); failed if any round failed."""
+    error = next((r.error for r in rounds if r.error), None)
+    latencies = [] if error else [float(np.median(r.latencies)) for r in rounds]
+    return MeasureResult(latencies=latencies, error=error,
+                         build_seconds=sum(r.build_seconds for r in rounds),
+                         run_seconds=sum(r.run_seconds for r in rounds))
+
+
+class WorkloadCollector:
+    """Collects one workload: its layouts, programs, checks and timings, journaled."""
+
+    def __init__(self, name: str, spec: str, target: Any, measurer: Measurer,
+                 journal: RecordDB, plan: Plan, index: int,
+                 reference: ReferenceTimer | None):
+        self.name, self.spec, self.plan = name, spec, plan
+        self.task = OpTask(spec, target)
+        self.measurer, self.journal, self.reference = measurer, journal, reference
+        self.rng = np.random.default_rng([plan.seed, index])
+        self._known = {(freeze(r.layouts["factors"]), tuple(r.decisions)): r
+                       for r in journal.records(self.task.key)}
+        self.rows: list[dict[str, Any]] = []
+        self.layouts: list[dict[str, Any]] = []
+
+    def run(self, progress: Callable[[int], None] = lambda n: None) -> None:
+        lanes = max(1, vector_bits(self.task.target) // 32)
+        plan = layout_plan(self.task.template, self.plan.layouts, self.rng, lanes)
+        framework = self.task.default_factors()
+        for factors in plan:
+            try:
+                space = self.task.space(factors)
+            except Exception as err:  # noqa: BLE001 (a layout TVM cannot schedule is skipped)
+                warnings.warn(f"{self.name}: layout {dict(factors)} has no loop space "
+                              f"({type(err).__name__}: {err}); left out", stacklevel=2)
+                continue
+            index = len(self.layouts)
+            self.layouts.append({"factors": dict(factors), "framework": factors == framework,
+                                 "subspaces": subspace_json(space)})
+            sampled = space.sample(self.plan.samples, self.rng)
+            timed = self._measure(index, factors, space, sampled, "sample")
+            progress(len(sampled))
+            ranked = sorted((lat, i) for i, lat in enumerate(timed) if math.isfinite(lat))
+            elites = [sampled[i] for _, i in ranked[:ELITES]]
+            mutants = self._mutants(space, elites, set(sampled))
+            self._measure(index, factors, space, mutants, "search")
+            progress(len(mutants))
+
+    def _mutants(self, space: LoopSpace, elites: list[LoopPoint],
+                 seen: set[LoopPoint]) -> list[LoopPoint]:
+        out: list[LoopPoint] = []
+        for i in range(20 * self.plan.searched if elites else 0):
+            if len(out) >= self.plan.searched:
+                break
+            point = space.mutate(elites[i % len(elites)], self.rng)
+            if point not in seen and space.is_valid(point):
+                seen.add(point)
+                out.append(point)
+        return out
+
+    def _measure(self, index: int, factors: Factors, space: LoopSpace,
+                 points: list[LoopPoint], origin: str) -> list[float]:
+        """Measure the points not journaled yet, add a row per point; their latencies."""
+        vectors = [tuple(int(v) for v in space.to_vector(p)) for p in points]
+        new = [i for i, v in enumerate(vectors) if (factors, v) not in self._known]
+        if new:
+            if self.reference is not None:
+                self.reference.maybe()
+            check = self.task.check(factors)
+            inputs = [MeasureCandidate(space.decode(points[i]).mod, check) for i in new]
+            results = [combine(r) for r in self.measurer.retime(inputs, self.plan.rounds)]
+            layouts = self.task.layouts_json(factors)
+            for i, result in zip(new, results):
+                record = self.journal.add_result(self.task.key, self.task.target, layouts,
+                                                 None, list(vectors[i]), result)
+                self._known[(factors, vectors[i])] = record
+        schedules = [space.decode(p) for p in points]
+        features = extract_features(space.context, schedules)
+        out = []
+        for point, vector, feats in zip(points, vectors, features):
+            record = self._known[(factors, vector)]
+            summary = np.round(feature_summary(feats) * 255).astype(np.uint8)
+            latency = record.median
+            self.rows.append({
+                "layout": index, "origin": origin, "decisions": list(vector),
+                "encoding": space.encode(point).tolist(), "features": summary.tolist(),
+                "latencies": list(record.latencies), "latency": latency,
+                "error": record.error, "timestamp": record.timestamp,
+                "reference": (self.reference.at(record.timestamp)
+                              if self.reference is not None else math.nan),
+                "build_seconds": record.build_seconds,
+            })
+            out.append(latency)
+        return out
+
+    def meta(self) -> dict[str, Any]:
+        workload = parse_workload(self.spec)
+        return {"name": self.name, "spec": self.spec, "epilogue": list(self.task.epilogue),
+                "target": target_string(self.task.target),
+                "knobs": [{"name": k.name, "extent": k.extent}
+                          for k in self.task.template.knobs],
+                "layouts": self.layouts,
+                "workload_features": workload_features(workload).tolist(),
+                "flops": float(operator_for(workload).flops())}
+
+
+def _host() -> dict[str, Any]:
+    cpu = platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, cwd=Path(__file__).parent, check=False).stdout.strip()
+    except OSError:
+        commit = ""
+    return {"cpu": cpu, "hostname": platform.node(), "commit": commit or "unknown"}
+
+
+def collect(out: str | Path, workloads: Sequence[tuple[str, str]], plan: Plan,
+            measure: MeasureConfig, target: Any = None, measurer: Measurer | None = None,
+            card: dict[str, Any] | None = None, progress: bool = True) -> Progress:
+    """Collect ``workloads`` (``(name, spec)`` pairs) into the dataset directory ``out``;
+    workloads already there are skipped, a half-collected one resumes from its journal.
+
+    ``card`` adds fields to the dataset card (how the workloads were drawn, the host's
+    roofline, the command). Only one process collects into a directory at a time."""
+    from ..measure import create
+
+    out = Path(out)
+    workloads = [(name, str(parse_workload(spec))) for name, spec in workloads]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / ".gitignore").write_text("journal/\n.lock\n")
+    target = make_target(target)
+    done = Progress()
+    with DirLock(out / ".lock", f"dataset {out}"):
+        meta = _card(out, workloads, plan, target, card)
+        own = measurer is None
+        measurer = measurer or create(None, measure, target)
+        try:
+            reference = ReferenceTimer(measurer, target, out / "journal" / "reference.jsonl",
+                                       plan.reference_every, plan.rounds)
+            todo = [(i, n, s) for i, (n, s) in enumerate(workloads)
+                    if not (out / PROGRAMS / f"{n}.parquet").is_file()]
+            per = plan.layouts * (plan.samples + plan.searched)
+            bar = tqdm(total=len(todo) * per, desc="dataset", unit="program",
+                       disable=not progress)
+            for index, name, spec in todo:
+                start = time.perf_counter()
+                with RecordDB(out / "journal" / f"{name}.jsonl") as journal:
+                    collector = WorkloadCollector(name, spec, target, measurer, journal, plan,
+                                                  index, reference)
+                    bar.set_postfix(workload=name)
+                    collector.run(bar.update)
+                    write_atomic(program_table(collector.rows, collector.meta()),
+                                 out / PROGRAMS / f"{name}.parquet")
+                seconds = time.perf_counter() - start
+                done.workloads += 1
+                done.programs += len(collector.rows)
+                done.failed += sum(not math.isfinite(r["latency"]) for r in collector.rows)
+                done.per_workload[name] = seconds
+                meta["seconds"][name] = meta["seconds"].get(name, 0.0) + seconds
+                write_atomic(reference.table(), out / "reference.parquet")
+                _count(out, meta)
+                write_json_atomic(meta, out / CARD)
+            bar.close()
+        finally:
+            if own:
+                measurer.close()
+    return done
+
+
+def _card(out: Path, workloads: Sequence[tuple[str, str]], plan: Plan, target: Any,
+          extra: dict[str, Any] | None) -> dict[str, Any]:
+    """The card as it stands (a resumed collection keeps its seconds and creation time)."""
+    path = out / CARD
+    meta = json.loads(path.read_text()) if path.is_file() else {
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "seconds": {}}
+    meta.update(extra or {})
+    meta.update({"name": out.name, "target": target_string(target), "host": _host(),
+                 "plan": vars(plan), "reference_kernel": REFERENCE_SPEC,
+                 "workloads": [{"name": n, "spec": s} for n, s in workloads]})
+    write_json_atomic(meta, path)
+    return meta
+
+
+def _count(out: Path, meta: dict[str, Any]) -> None:
+    """Counts over the workloads collected so far."""
+    data = Dataset(out, meta)
+    programs = valid = layouts = 0
+    for name in data.workloads():
+        w = data.load(name)
+        programs += len(w)
+        valid += int(np.isfinite(w.latency).sum())
+        layouts += len(w.layouts)
+    meta["counts"] = {"workloads": len(data.workloads()), "layouts": layouts,
+                      "programs": programs, "valid": valid, "failed": programs - valid}
+    meta["collection_hours"] = round(sum(meta["seconds"].values()) / 3600, 3)

@@ -1,0 +1,248 @@
+"""A surrogate of a dataset: the latency of a program the dataset does not hold.
+
+A replay answers a program the dataset measured with one of its timings; any other point
+(a layout's loop point no collection drew) needs a prediction, and it must come without
+lowering the program, or a replay step would cost what a cost-model step costs. So the
+surrogate reads only what a point is: the workload (``workload_features``), the layout
+(every knob role's tile as ``log2``, with its extent) and the loop decisions
+(``LoopSpace.encode``, as TLP reads schedule primitives instead of programs), and an
+XGBoost ensemble maps them to ``log2`` of the program's throughput relative to the best
+program of its workload (NAS-Bench-301's surrogate, fitted on a dense sample of the
+space). :func:`evaluate` reports what matters for search: per workload, the Spearman
+rank correlation and top-8 recall on programs held out of the fit.
+
+The model is saved as XGBoost's JSON (``surrogate.json``): loading it runs no code.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xgboost as xgb
+
+from ..ops.templates import KNOB_ROLES
+from .store import Dataset, WorkloadData
+
+LOOP_WIDTH = 96
+"""Loop decision encodings are padded (or cut) to this many entries."""
+FLOOR = -8.0
+"""The lowest label: ``log2`` of a throughput 256 times below the workload's best (and
+that of a failed program)."""
+PARAMS = {"max_depth": 8, "eta": 0.1, "subsample": 0.9, "colsample_bytree": 0.8,
+          "min_child_weight": 2, "objective": "reg:squarederror", "nthread": 1}
+ROUNDS = 300
+FILE = "surrogate.json"
+
+
+def layout_vector(factors: dict[str, int], extents: dict[str, int]) -> np.ndarray:
+    """Per knob role: ``log2`` of the tile and of the extent (/12), and whether the
+    workload has that knob."""
+    out = np.zeros(3 * len(KNOB_ROLES), dtype=np.float32)
+    for i, role in enumerate(KNOB_ROLES):
+        if role in factors:
+            out[3 * i:3 * i + 3] = (math.log2(max(factors[role], 1)) / 12,
+                                    math.log2(max(extents[role], 1)) / 12, 1.0)
+    return out
+
+
+def point_features(workload: np.ndarray, layout: np.ndarray, encoding: np.ndarray,
+                   decisions: Sequence[int]) -> np.ndarray:
+    """One row of the surrogate's input: the workload, the layout, the loop point's
+    encoding (tiles relative to their extent) and its decisions as sizes (``log2`` of each
+    tile, whose absolute size decides vector width and cache fit)."""
+    loop = np.zeros(2 * LOOP_WIDTH, dtype=np.float32)
+    n = min(len(encoding), LOOP_WIDTH)
+    loop[:n] = encoding[:n]
+    sizes = np.log2(np.abs(np.asarray(decisions[:LOOP_WIDTH], dtype=np.float32)) + 1) / 12
+    loop[LOOP_WIDTH:LOOP_WIDTH + len(sizes)] = sizes
+    return np.concatenate([workload, layout, loop]).astype(np.float32)
+
+
+def workload_rows(w: WorkloadData) -> tuple[np.ndarray, np.ndarray]:
+    """Inputs and labels (``log2(best / latency)``, floored) of a workload's programs."""
+    extents = {k["name"]: int(k["extent"]) for k in w.meta["knobs"]}
+    feats = np.asarray(w.meta["workload_features"], dtype=np.float32)
+    layouts = [layout_vector(lay["factors"], extents) for lay in w.layouts]
+    x = np.stack([point_features(feats, layouts[li], enc, dec) for li, enc, dec in
+                  zip(w.layout, w.encoding, w.decisions)]) if len(w) else np.zeros((0, 0))
+    with np.errstate(divide="ignore"):
+        y = np.maximum(np.log2(w.best / w.latency), FLOOR)
+    return x, np.where(np.isfinite(y), y, FLOOR).astype(np.float32)
+
+
+class TreeEnsemble:
+    """A fitted XGBoost regressor as arrays, evaluated in numpy: every tree walked at once,
+    one level per step. XGBoost's own prediction of a single row costs about a
+    millisecond of call overhead, a replay step's whole budget; this costs tens of
+    microseconds and gives the same numbers (``x < split`` goes left; inputs are dense)."""
+
+    def __init__(self, booster: xgb.Booster):
+        model = json.loads(booster.save_raw("json"))["learner"]
+        trees = model["gradient_booster"]["model"]["trees"]
+        width = max(len(t["left_children"]) for t in trees)
+
+        def table(key: str, fill: float, dtype: Any) -> np.ndarray:
+            out = np.full((len(trees), width), fill, dtype=dtype)
+            for i, t in enumerate(trees):
+                out[i, :len(t[key])] = t[key]
+            return out
+
+        self.left = table("left_children", -1, np.int64)
+        self.right = table("right_children", -1, np.int64)
+        self.feature = table("split_indices", 0, np.int64)
+        self.split = table("split_conditions", 0.0, np.float32)
+        self.base = float(model["learner_model_param"]["base_score"].strip("[]"))
+        self.depth = self._depth()
+        self._offsets = np.arange(len(trees), dtype=np.int64) * width
+        children = [np.where(t >= 0, t + self._offsets[:, None], -1)
+                    for t in (self.left, self.right)]
+        self._flat_left, self._flat_right = (c.ravel() for c in children)
+        self._flat_feature, self._flat_split = self.feature.ravel(), self.split.ravel()
+
+    def _depth(self) -> int:
+        depth, frontier = 0, np.zeros(len(self.left), dtype=np.int64)
+        rows = np.arange(len(self.left))
+        while True:
+            inner = self.left[rows, frontier] >= 0
+            if not inner.any():
+                return depth
+            frontier = np.where(inner, self.left[rows, frontier], frontier)
+            depth += 1
+            if depth > 64:  # deeper than any tree this fits; guards a corrupt model
+                return depth
+
+    def predict_one(self, x: np.ndarray) -> float:
+        x = np.asarray(x, dtype=np.float32)
+        left, right = self._flat_left, self._flat_right
+        at = self._offsets.copy()  # flat index of each tree's current node
+        for _ in range(self.depth):
+            go = np.where(x[self._flat_feature[at]] < self._flat_split[at], left[at], right[at])
+            at = np.where(left[at] >= 0, go, at)
+        return self.base + float(self._flat_split[at].sum(dtype=np.float64))
+
+
+class Surrogate:
+    """The fitted model; :meth:`predict` gives ``log2`` relative throughputs (at most 0)."""
+
+    def __init__(self, booster: xgb.Booster):
+        self.booster = booster
+        self._fast = TreeEnsemble(booster)
+
+    @classmethod
+    def fit(cls, parts: Iterable[tuple[np.ndarray, np.ndarray]], seed: int = 0,
+            rounds: int = ROUNDS) -> Surrogate:
+        xs, ys = zip(*[(x, y) for x, y in parts if len(y)])
+        train = xgb.DMatrix(np.concatenate(xs), label=np.concatenate(ys))
+        return cls(xgb.train({**PARAMS, "seed": seed}, train, num_boost_round=rounds))
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """Predictions of the rows of ``x`` (XGBoost's batch prediction)."""
+        return np.minimum(self.booster.inplace_predict(np.atleast_2d(x)), 0.0)
+
+    def predict_one(self, x: np.ndarray) -> float:
+        """The prediction of one row, fast (:class:`TreeEnsemble`)."""
+        return min(self._fast.predict_one(x), 0.0)
+
+    def save(self, path: str | Path) -> None:
+        self.booster.save_model(str(path))
+
+    @classmethod
+    def load(cls, path: str | Path) -> Surrogate:
+        booster = xgb.Booster()
+        booster.load_model(str(path))
+        booster.set_param({"nthread": 1})
+        return cls(booster)
+
+
+def spearman(a: Sequence[float], b: Sequence[float]) -> float:
+    """Spearman rank correlation (average ranks for ties)."""
+    def ranks(v: np.ndarray) -> np.ndarray:
+        order = np.argsort(v, kind="mergesort")
+        r = np.empty(len(v))
+        r[order] = np.arange(len(v))
+        for value in np.unique(v):  # ties share their mean rank
+            tie = v == value
+            r[tie] = r[tie].mean()
+        return r
+    ra, rb = ranks(np.asarray(a, float)), ranks(np.asarray(b, float))
+    if ra.std() == 0 or rb.std() == 0:
+        return 0.0
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def top_recall(truth: Sequence[float], predicted: Sequence[float], k: int = 8) -> float:
+    """Of the ``k`` best programs by ``truth``, the fraction among the ``k`` best predicted."""
+    k = min(k, len(truth))
+    best = set(np.argsort(-np.asarray(truth), kind="mergesort")[:k])
+    chosen = set(np.argsort(-np.asarray(predicted), kind="mergesort")[:k])
+    return len(best & chosen) / k if k else 0.0
+
+
+@dataclass
+class Accuracy:
+    """Held-out accuracy on one workload."""
+
+    workload: str
+    programs: int
+    spearman: float
+    recall: float
+
+
+def evaluate(data: Dataset, holdout: float = 0.2, seed: int = 0, rounds: int = ROUNDS
+             ) -> tuple[list[Accuracy], Surrogate]:
+    """Fit on ``1 - holdout`` of every workload's valid programs and measure, per workload,
+    the Spearman correlation and top-8 recall of the held-out rest; then the surrogate
+    fitted on everything (what a replay uses)."""
+    rng = np.random.default_rng(seed)
+    train, test = [], []
+    for w in data:
+        x, y = workload_rows(w)
+        ok = np.flatnonzero(np.isfinite(w.latency))
+        held = rng.random(len(y)) < holdout
+        train.append((x[~held], y[~held]))
+        keep = np.intersect1d(np.flatnonzero(held), ok)
+        test.append((w.name, x[keep], y[keep]))
+    model = Surrogate.fit(train, seed, rounds)
+    scores = [Accuracy(name, len(y), spearman(y, model.predict(x)),
+                       top_recall(y, model.predict(x)))
+              for name, x, y in test if len(y) >= 2]
+    full = Surrogate.fit((workload_rows(w) for w in data), seed, rounds)
+    return scores, full
+
+
+def format_accuracy(scores: Sequence[Accuracy]) -> str:
+    lines = [f"{'workload':10s} {'held out':>8s} {'spearman':>8s} {'top-8 recall':>12s}"]
+    lines += [f"{s.workload:10s} {s.programs:8d} {s.spearman:8.3f} {s.recall:12.3f}"
+              for s in scores]
+    if scores:
+        lines.append(f"{'median':10s} {int(np.median([s.programs for s in scores])):8d} "
+                     f"{np.median([s.spearman for s in scores]):8.3f} "
+                     f"{np.median([s.recall for s in scores]):12.3f}")
+    return "\n".join(lines) + "\n"
+
+
+def load_or_fit(data: Dataset, seed: int = 0) -> Surrogate:
+    """The dataset's saved surrogate, or one fitted now on all of it."""
+    path = data.path / FILE
+    if path.is_file():
+        return Surrogate.load(path)
+    return Surrogate.fit((workload_rows(w) for w in data), seed)
+
+
+def card_entry(scores: Sequence[Accuracy], holdout: float, seed: int) -> dict[str, Any]:
+    return {"holdout": holdout, "seed": seed, "workloads": len(scores),
+            "median_spearman": float(np.median([s.spearman for s in scores])),
+            "median_top8_recall": float(np.median([s.recall for s in scores])),
+            "per_workload": {s.workload: [round(s.spearman, 4), round(s.recall, 4)]
+                             for s in scores}}
+
+
+def write_card_entry(data: Dataset, entry: dict[str, Any]) -> None:
+    path = data.path / "surrogate-accuracy.json"
+    path.write_text(json.dumps(entry, indent=1, sort_keys=True) + "\n")

@@ -1,0 +1,47 @@
+"""``altenv dataset collect CONFIG``: a dataset config's workloads, collected on this host.
+
+The workloads are the config's own specs, its drawn ones (never a benchmark suite's, so no
+benchmark judges a model on data it was fitted to) and the complex tasks of its models;
+:func:`altenv.dataset.collect.collect` measures them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..config import DatasetConfig
+from ..dataset.collect import Plan, Progress, collect
+from ..dataset.workloads import name_workloads
+from ..suites import suite_specs
+from .checks import load_user_model
+from .preview import preview
+
+
+def model_specs(model: str) -> list[str]:
+    """The distinct specs of a model's complex calls that tuning covers with layouts
+    (epilogues left out: a dataset times the operator itself)."""
+    report = preview(load_user_model(model, {}, seed=0))
+    return list(dict.fromkeys(c["spec"] for c in report["calls"] if c["tuned"]))
+
+
+def dataset_workloads(cfg: DatasetConfig) -> list[tuple[str, str]]:
+    """``(name, spec)`` of every workload of ``cfg``: listed, drawn, then the models'."""
+    specs = list(cfg.workloads)
+    if cfg.draw is not None:
+        specs += cfg.draw.draw(exclude=suite_specs() | set(specs))
+    for model in cfg.models:
+        specs += model_specs(model)
+    return name_workloads(specs)
+
+
+def collect_dataset(cfg: DatasetConfig, progress: bool = True,
+                    card: dict[str, Any] | None = None) -> tuple[Path, Progress]:
+    """Collect (or resume) the dataset of ``cfg``; its directory and what this call did."""
+    c = cfg.collection
+    plan = Plan(layouts=c.layouts, samples=c.samples, searched=c.searched, rounds=c.rounds,
+                reference_every=c.reference_every, seed=cfg.seed)
+    extra = {"config": cfg.model_dump(mode="json"), **(card or {})}
+    done = collect(cfg.output, dataset_workloads(cfg), plan, cfg.measure, cfg.target,
+                   card=extra, progress=progress)
+    return Path(cfg.output), done

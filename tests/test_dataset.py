@@ -1,0 +1,245 @@
+"""Measured-program datasets: collection (checked, timed in interleaved rounds, the
+framework layout always in, resumable with nothing measured twice), Parquet storage read
+one workload at a time, dataset URIs, the surrogate, and the replay environment."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import xgboost as xgb
+from gymnasium.utils.env_checker import check_env
+from stable_baselines3.common.env_checker import check_env as sb3_check_env
+
+import envs
+from altenv.dataset import Dataset
+from altenv.dataset.collect import Plan, collect
+from altenv.dataset.layouts import layout_plan
+from altenv.dataset.replay import WorkloadReplay
+from altenv.dataset.surrogate import (
+    Surrogate,
+    TreeEnsemble,
+    evaluate,
+    spearman,
+    top_recall,
+    workload_rows,
+)
+from altenv.measure import LocalMeasurer, MeasureConfig
+from altenv.ops import LayoutTemplate, parse_workload
+from altenv.tuning import freeze
+
+WORKLOADS = [("gmm-000", "gmm:M=16,N=32,K=64"),
+             ("dep-000", "dep:N=1,C=16,H=14,W=14,KH=3,KW=3,pad=1")]
+PLAN = Plan(layouts=3, samples=4, searched=2, rounds=5, reference_every=1e9)
+TIMING = MeasureConfig(number=1, repeat=1, min_repeat_ms=1)
+DATASET = pytest.mark.xdist_group("dataset")
+
+
+class CountingMeasurer(LocalMeasurer):
+    """Counts the programs it builds; raises after ``fail_after`` batches (a kill)."""
+
+    def __init__(self, fail_after: int | None = None):
+        super().__init__(TIMING)
+        self.built = 0
+        self.batches = 0
+        self.fail_after = fail_after
+
+    def retime(self, candidates, rounds, cold=False):
+        if self.fail_after is not None and self.batches >= self.fail_after:
+            raise KeyboardInterrupt("killed")
+        self.batches += 1
+        self.built += len(candidates)
+        return super().retime(candidates, rounds, cold)
+
+
+@pytest.fixture(scope="module")
+def collected(tmp_path_factory) -> Dataset:
+    """A small dataset collected once, in two calls: the first killed mid-workload."""
+    out = tmp_path_factory.mktemp("ds") / "tiny"
+    killed = CountingMeasurer(fail_after=3)  # the reference, then two batches of gmm-000
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            collect(out, WORKLOADS, PLAN, TIMING, measurer=killed, progress=False)
+        resumed = CountingMeasurer()
+        collect(out, WORKLOADS, PLAN, TIMING, measurer=resumed, progress=False)
+    finally:
+        killed.close()
+        resumed.close()
+    data = Dataset.open(out)
+    data.card["_built"] = killed.built + resumed.built - 2  # less the reference's two
+    return data
+
+
+@pytest.mark.slow
+@DATASET
+def test_collect_rows_layouts_and_timings(collected):
+    assert collected.workloads() == ["gmm-000", "dep-000"]
+    for name, spec in WORKLOADS:
+        w = collected.load(name)
+        assert w.spec == str(parse_workload(spec)) and len(w.layouts) == PLAN.layouts
+        framework = freeze(LayoutTemplate(spec).default_factors())
+        assert freeze(w.layouts[w.framework_layout()]["factors"]) == framework
+        assert w.layouts[0]["framework"] and not any(lay["framework"] for lay in w.layouts[1:])
+        assert np.isfinite(w.latency).all()  # every program passed its check against torch
+        assert all(len(t) == PLAN.rounds for t in w.latencies)
+        assert np.allclose(w.latency, [np.median(t) for t in w.latencies])
+        per_layout = np.bincount(w.layout)
+        assert per_layout.max() <= PLAN.samples + PLAN.searched
+        origins = w.table.column("origin").to_pylist()
+        assert origins.count("sample") == PLAN.layouts * PLAN.samples
+        assert 0 < origins.count("search") <= PLAN.layouts * PLAN.searched
+        assert len(set(zip(w.layout.tolist(), w.decisions))) == len(w)  # all distinct
+        assert w.features.shape == (len(w), 400) and w.features.max() <= 1.0
+        assert np.isfinite(w.table.column("reference").to_numpy()).all()
+    card = collected.card
+    assert card["counts"]["workloads"] == 2 and card["counts"]["failed"] == 0
+    assert card["target"] and card["host"]["cpu"] and set(card["seconds"]) == {"gmm-000",
+                                                                                "dep-000"}
+    assert collected.reference().num_rows >= 1
+
+
+@pytest.mark.slow
+@DATASET
+def test_killed_collection_resumes_without_measuring_twice(collected):
+    programs = sum(len(w) for w in collected)
+    assert collected.card["_built"] == programs  # each program built (and timed) once
+    journal = collected.path / "journal" / "gmm-000.jsonl"
+    keys = [json.loads(line)["key"] for line in journal.read_text().splitlines()
+            if line.strip() and "key" in json.loads(line)]
+    assert len(keys) == len(set(keys)) == len(collected.load("gmm-000"))
+
+
+@pytest.mark.slow
+@DATASET
+def test_dataset_uri_names_a_workload(collected, monkeypatch):
+    monkeypatch.setenv("ALTENV_DATASETS", str(collected.path.parent))
+    assert parse_workload("altenv://tiny/dep-000") == parse_workload(WORKLOADS[1][1])
+    with pytest.raises(ValueError, match="has no workload 'c2d-009'"):
+        parse_workload("altenv://tiny/c2d-009")
+    with pytest.raises(ValueError, match="not a dataset directory nor a known dataset"):
+        parse_workload("altenv://nope/c2d-000")
+
+
+@pytest.mark.slow
+@DATASET
+def test_replay_env_passes_checkers_and_replays_timings(collected):
+    env = envs.CrossExplorationReplayEnv(dataset=str(collected.path), batch=4,
+                                         walk_length=3, loop_rounds=1, episode_layouts=2)
+    check_env(env, skip_render_check=True)
+    sb3_check_env(env)
+    obs, info = env.reset(seed=3)
+    assert info["workload"].startswith("altenv://tiny/")
+    w = env.workload.data
+    seen = {"replayed": 0, "predicted": 0}
+    rng = np.random.default_rng(0)
+    for _ in range(40):
+        mask = env.action_masks()
+        action = np.zeros(len(env.action_space.nvec), dtype=np.int64)
+        at = 0
+        for h, n in enumerate(env.action_space.nvec):
+            action[h] = rng.choice(np.flatnonzero(mask[at:at + n]))
+            at += n
+        obs, reward, terminated, truncated, info = env.step(action)
+        assert env.observation_space.contains(obs) and not terminated
+        if "replayed" in info and "latency" in info:
+            seen["replayed" if info["replayed"] else "predicted"] += 1
+            if info["replayed"]:
+                row = env.layout.points[env.point]
+                assert info["latency"] in w.latencies[row]  # one of its own timings
+        if truncated:
+            obs, info = env.reset()
+            w = env.workload.data
+    assert seen["replayed"] + seen["predicted"] > 0
+    with pytest.raises(ValueError, match="head 0 must be an integer in"):
+        env.step(np.full(len(env.action_space.nvec), 99))
+
+
+@pytest.mark.slow
+@DATASET
+def test_gym_make_dispatches_on_reward_source(collected):
+    env = gym.make("altenv/CrossExploration-v0", reward_source="dataset",
+                   dataset=str(collected.path), batch=4, walk_length=2)
+    assert isinstance(env.unwrapped, envs.CrossExplorationReplayEnv)
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match="takes no session"):
+        gym.make("altenv/CrossExploration-v0", reward_source="dataset",
+                 dataset=str(collected.path), session=object())
+
+
+@pytest.mark.slow
+@DATASET
+def test_surrogate_holds_out_and_replay_predicts_off_data(collected):
+    scores, model = evaluate(collected, holdout=0.3, seed=0, rounds=30)
+    assert {s.workload for s in scores} <= {"gmm-000", "dep-000"}
+    assert all(-1 <= s.spearman <= 1 and 0 <= s.recall <= 1 for s in scores)
+    replay = WorkloadReplay(collected.load("gmm-000"), model)
+    layout = replay.layouts[0]
+    point = replay.data.decisions[int(layout.rows[0])]
+    moved = next(q for q in (layout.step(point, [0] + [d] * 40) for d in range(1, 13))
+                 if q not in layout.points)
+    latency, replayed = replay.latency(layout, moved, np.random.default_rng(0))
+    assert not replayed and latency >= replay.best * (1 - 1e-6)
+    assert replay.features(layout, moved).shape == (400,)
+
+
+def test_tree_ensemble_equals_xgboost():
+    rng = np.random.default_rng(0)
+    x = rng.random((300, 12)).astype(np.float32)
+    y = np.sin(4 * x[:, 0]) + x[:, 3] * x[:, 5] - (x[:, 7] > 0.5)
+    booster = xgb.train({"max_depth": 6, "eta": 0.3, "nthread": 1, "base_score": 0.25},
+                        xgb.DMatrix(x, label=y), num_boost_round=40)
+    fast = TreeEnsemble(booster)
+    want = booster.inplace_predict(x)
+    got = np.array([fast.predict_one(row) for row in x])
+    assert np.allclose(got, want, atol=1e-5)
+    surrogate = Surrogate(booster)
+    assert surrogate.predict_one(x[0]) == pytest.approx(min(float(want[0]), 0.0), abs=1e-5)
+
+
+def test_rank_metrics():
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert spearman([1, 2, 2, 3], [1, 2, 3, 4]) == pytest.approx(0.9486833)  # scipy's value
+    assert top_recall([5, 4, 3, 2, 1, 0], [5, 4, 0, 0, 0, 0], k=2) == 1.0
+    assert top_recall([5, 4, 3, 2, 1, 0], [0, 0, 0, 0, 5, 4], k=2) == 0.0
+
+
+def test_layout_plan_keeps_framework_and_stratifies():
+    template = LayoutTemplate("c2d:N=1,I=64,O=64,H=28,W=28,KH=3,KW=3,pad=1")
+    plan = layout_plan(template, 12, np.random.default_rng(0), lanes=16)
+    assert plan[0] == freeze(template.default_factors())
+    assert plan[1] == freeze(template.blocked_factors(16))
+    assert len(plan) == 12 == len(set(plan))
+    for factors in plan:
+        template.check(dict(factors))
+    ot = {dict(f)["ot"] for f in plan[2:]}
+    assert len(ot) >= 4  # stratified: many tile sizes of each knob, not one
+    small = LayoutTemplate("gmm:M=4,N=4,K=2")  # 3 x 3 x 2 layouts: all under the cap
+    assert len(layout_plan(small, 100, np.random.default_rng(0), lanes=8)) == 3 * 3 * 2
+
+
+def test_workload_rows_label_failed_programs_lowest(collected_free_table):
+    x, y = workload_rows(collected_free_table)
+    assert y.max() == 0.0 and y.min() == -8.0 and len(x) == len(y) == 3
+    assert math.isclose(float(y[1]), -1.0)
+
+
+@pytest.fixture
+def collected_free_table():
+    """A hand-made workload: the best program, one twice as slow, one failed."""
+    from altenv.dataset.store import WorkloadData, program_table
+
+    meta = {"name": "gmm-000", "spec": "gmm:M=4,N=4,K=4", "knobs": [
+        {"name": "mt", "extent": 4}, {"name": "nt", "extent": 4}, {"name": "kt", "extent": 4}],
+        "layouts": [{"factors": {"mt": 1, "nt": 1, "kt": 1}, "framework": True,
+                     "subspaces": []}], "workload_features": [0.0] * 26}
+    rows = [{"layout": 0, "origin": "sample", "decisions": [i], "encoding": [0.1 * i],
+             "features": [0] * 400, "latencies": lat, "latency": float(np.median(lat))
+             if lat else math.inf, "error": None if lat else "crash", "reference": 1e-3,
+             "timestamp": 0.0, "build_seconds": 0.1}
+            for i, lat in enumerate([[1e-3] * 5, [2e-3] * 5, []])]
+    table = program_table(rows, meta)
+    return WorkloadData(meta, table)
