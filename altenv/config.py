@@ -302,14 +302,28 @@ class CorpusConfig(Strict):
 
 
 class PretrainConfig(Strict):
-    """Policy pretraining on cost-model rewards over drawn workloads (nothing measured):
-    ``timesteps`` environment steps over ``envs`` parallel environments, ``batch`` loop
-    points sampled per round."""
+    """Policy pretraining with nothing measured: ``timesteps`` environment steps over
+    ``envs`` parallel environments, ``batch`` loop points sampled per round; on cost-model
+    rewards over the workloads of ``draw``, or (``reward_source: dataset``) replaying every
+    workload of ``dataset`` (a name or directory, :mod:`altenv.dataset`)."""
 
-    draw: DrawConfig
+    draw: DrawConfig | None = None
+    reward_source: Literal["cost_model", "dataset"] = "cost_model"
+    dataset: str = "cpu-v0"
     timesteps: int = Field(ge=1)
     envs: int = Field(2, ge=1)
     batch: int = Field(32, ge=1)
+
+    @model_validator(mode="after")
+    def _source(self) -> PretrainConfig:
+        if self.reward_source == "cost_model" and self.draw is None:
+            raise ValueError("draw: cost-model pretraining needs the workloads to draw; "
+                             "give 'draw' or reward_source: dataset")
+        if self.reward_source == "dataset":
+            from .datapath import dataset_dir
+
+            dataset_dir(self.dataset)
+        return self
 
 
 class TrainConfig(_Run):
@@ -357,13 +371,17 @@ class CollectionConfig(Strict):
     up to ``layouts`` layouts (the framework layout always among them), per layout
     ``samples`` programs of MetaSchedule's sampling and ``searched`` mutants of the fastest
     of them, each timed ``rounds`` times interleaved; a reference kernel re-timed every
-    ``reference_every`` seconds."""
+    ``reference_every`` seconds; with ``quiet_host``, timings wait for a host nothing else
+    keeps busy."""
 
     layouts: int = Field(12, ge=1)
     samples: int = Field(17, ge=1)
     searched: int = Field(8, ge=0)
     rounds: int = Field(5, ge=5)
     reference_every: float = Field(180.0, gt=0)
+    #: time a batch only once other processes leave the cores idle (builds may overlap
+    #: other work, timings may not)
+    quiet_host: bool = True
 
 
 class DatasetConfig(Strict):

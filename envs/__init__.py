@@ -9,17 +9,20 @@
 
 The ids are registered as nondeterministic: by default rewards are measured latencies.
 With ``reward_source="cost_model"`` and a seed, episodes are reproducible.
-``altenv/CrossExploration-v0`` with ``reward_source="dataset"`` replays a measured-program
-dataset (:class:`CrossExplorationReplayEnv`; no workload: the shipped dataset's).
+With ``reward_source="dataset"``, ``CrossExploration-v0``, ``LayoutTuning-v0`` and
+``LoopTuning-v0`` replay a measured-program dataset (:data:`REPLAYS`; CrossExploration with
+no workload: every workload of the shipped dataset).
 """
 
 import gymnasium as gym
 
 from .cross import CrossExplorationEnv
-from .cross_replay import CrossExplorationReplayEnv, make_cross_exploration
+from .cross_replay import CrossExplorationReplayEnv
 from .joint import JointTuningEnv, random_directions
 from .layout import LayoutTuningEnv
+from .layout_replay import LayoutTuningReplayEnv
 from .loop import LoopTuningEnv
+from .loop_replay import LoopTuningReplayEnv
 
 ENV_IDS = {
     "altenv/LayoutTuning-v0": LayoutTuningEnv,
@@ -28,13 +31,36 @@ ENV_IDS = {
     "altenv/CrossExploration-v0": CrossExplorationEnv,
 }
 
-ENTRY_POINTS = {"altenv/CrossExploration-v0": make_cross_exploration}
-"""Ids whose entry point picks the class by ``reward_source`` (``"dataset"``: a replay)."""
+REPLAYS = {
+    "altenv/LayoutTuning-v0": LayoutTuningReplayEnv,
+    "altenv/LoopTuning-v0": LoopTuningReplayEnv,
+    "altenv/JointTuning-v0": None,
+    "altenv/CrossExploration-v0": CrossExplorationReplayEnv,
+}
+"""The class each id makes with ``reward_source="dataset"`` (a dataset replayed)."""
 
-for _id, _cls in ENV_IDS.items():
+
+def _entry_point(env_id: str):
+    """``gym.make``'s entry point of ``env_id``: the live env, or its replay for
+    ``reward_source="dataset"``."""
+    live, replay = ENV_IDS[env_id], REPLAYS[env_id]
+
+    def make(*args, reward_source: str = "measure", **kwargs) -> gym.Env:
+        if reward_source != "dataset":
+            return live(*args, reward_source=reward_source, **kwargs)
+        if replay is None:
+            raise ValueError(f"{env_id}: reward_source='dataset' is not available (its "
+                             "loop_policy walks a live LoopSpace); replay with "
+                             "altenv/CrossExploration-v0, LayoutTuning-v0 or LoopTuning-v0")
+        return replay(*args, **kwargs)
+
+    return make
+
+
+for _id in ENV_IDS:
     if _id not in gym.registry:
-        gym.register(id=_id, entry_point=ENTRY_POINTS.get(
-            _id, f"{_cls.__module__}:{_cls.__name__}"), nondeterministic=True)
+        gym.register(id=_id, entry_point=_entry_point(_id), nondeterministic=True)
 
-__all__ = ["ENV_IDS", "CrossExplorationEnv", "CrossExplorationReplayEnv", "JointTuningEnv",
-           "LayoutTuningEnv", "LoopTuningEnv", "random_directions"]
+__all__ = ["ENV_IDS", "REPLAYS", "CrossExplorationEnv", "CrossExplorationReplayEnv",
+           "JointTuningEnv", "LayoutTuningEnv", "LayoutTuningReplayEnv", "LoopTuningEnv",
+           "LoopTuningReplayEnv", "random_directions"]

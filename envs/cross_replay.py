@@ -11,14 +11,12 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from altenv.datapath import DEFAULT_DATASET, SCHEME, dataset_dir
-from altenv.dataset import Dataset
-from altenv.dataset.replay import LayoutReplay, Point, WorkloadReplay
-from altenv.dataset.surrogate import Surrogate, load_or_fit
-from altenv.ops import LayoutTemplate
+from altenv.datapath import DEFAULT_DATASET
+from altenv.dataset.replay import LayoutReplay, Point
+from altenv.dataset.surrogate import Surrogate
 from altenv.ops.features import WORKLOAD_FEATURES
 
-from .common import FEATURES, finite_action
+from .common import FEATURES
 from .cross import (
     ACTION_NVEC,
     BINS,
@@ -29,6 +27,7 @@ from .cross import (
     bin_choices,
     factors_from_bins,
 )
+from .replay_common import ReplaySource, checked_action
 from .wrappers import MAX_DIRECTIONS, MAX_SUBSPACES, MAX_VECTOR
 
 
@@ -89,35 +88,17 @@ class CrossExplorationReplayEnv(gym.Env):
         if reward_source != "dataset":
             raise ValueError(f"CrossExplorationReplayEnv replays a dataset; reward_source "
                              f"must be 'dataset', got {reward_source!r}")
-        if unused:
-            raise ValueError(f"reward_source='dataset' takes no {', '.join(sorted(unused))} "
-                             "(a replay has no device, session or cost model)")
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
         if min(episode_layouts, loop_rounds, walk_length, batch) < 1:
             raise ValueError("episode_layouts, loop_rounds, walk_length and batch must be >= 1")
-        names = [workload] if isinstance(workload, str) else list(workload or [])
-        uris = [n for n in names if n.startswith(SCHEME)]
-        if len(uris) != len(names):
-            raise ValueError(f"workload {names}: with reward_source='dataset' give dataset "
-                             "URIs (altenv://<dataset>/<workload>) or None")
-        sets = {u[len(SCHEME):].partition("/")[0] for u in uris} or {dataset}
-        if len(sets) > 1:
-            raise ValueError(f"workload: URIs of one dataset only, got {sorted(sets)}")
-        self.dataset = Dataset.open(dataset_dir(sets.pop()))
-        self.names = [u.rpartition("/")[2] for u in uris] or self.dataset.workloads()
-        missing = sorted(set(self.names) - set(self.dataset.workloads()))
-        if missing or not self.names:
-            raise ValueError(f"dataset {self.dataset.name}: no workload {missing or ''}; it "
-                             f"has {', '.join(self.dataset.workloads()) or 'none'}")
-        self.surrogate = (Surrogate.load(surrogate) if isinstance(surrogate, str)
-                          else surrogate or load_or_fit(self.dataset))
+        self.source = ReplaySource(workload, dataset, surrogate, unused)
+        self.dataset, self.names = self.source.dataset, self.source.names
         self.episode_layouts, self.loop_rounds, self.walk_length, self.batch = (
             episode_layouts, loop_rounds, walk_length, batch)
         self.render_mode = render_mode
         self.action_space = spaces.MultiDiscrete(np.array(ACTION_NVEC))
         self.observation_space = spaces.Box(0.0, 1.0, (OBS_SIZE,), dtype=np.float32)
-        self._replays: dict[str, tuple[WorkloadReplay, LayoutTemplate]] = {}
         self._select(self.names[0])
         self._visit = self._round = self._walked = 0
         self._score = self._best = 0.0
@@ -126,11 +107,7 @@ class CrossExplorationReplayEnv(gym.Env):
 
     # ------------------------------------------------------------------ workloads
     def _select(self, name: str) -> None:
-        if name not in self._replays:
-            data = self.dataset.load(name)
-            self._replays[name] = (WorkloadReplay(data, self.surrogate),
-                                   LayoutTemplate(data.spec))
-        self.workload, self.template = self._replays[name]
+        self.workload, self.template = self.source.get(name)
         self.layout: LayoutReplay = self.workload.framework()
         self.point: Point | None = None
         self._summary = np.zeros(2 * FEATURES, dtype=np.float32)
@@ -146,23 +123,12 @@ class CrossExplorationReplayEnv(gym.Env):
         self._select(self.names[int(self.np_random.integers(len(self.names)))])
         self._visit = 0
         self.best_latency, self.best_replayed = math.inf, False
-        info = {"workload": f"{SCHEME}{self.dataset.name}/{self.workload.name}"}
+        info = {"workload": self.source.uri(self.workload.name)}
         self._last = info
         return self._observe(), info
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        action = finite_action(action)
-        if action.shape != self.action_space.shape or not self.action_space.contains(
-                action.astype(np.int64)) or not np.all(action == np.round(action)):
-            bad = next((i for i, (a, n) in enumerate(zip(np.ravel(action),
-                                                         self.action_space.nvec))
-                        if not 0 <= a < n or a != round(a)), None)
-            raise ValueError(f"action {np.ravel(action).tolist()[:8]}...: "
-                             + (f"head {bad} must be an integer in [0, "
-                                f"{self.action_space.nvec[bad] - 1}]" if bad is not None
-                                else f"shape {action.shape}, expected "
-                                     f"{self.action_space.shape}"))
-        action = action.astype(np.int64)
+        action = checked_action(self.action_space, action)
         info: dict[str, Any] = {}
         if self.layout_phase:
             factors = factors_from_bins(self.template, action[:len(SLOTS)])
@@ -275,13 +241,3 @@ class CrossExplorationReplayEnv(gym.Env):
             obs[-2:] = (self._score / MAX_SCORE, self._best / MAX_SCORE)
         return np.clip(obs, 0.0, 1.0)
 
-
-def make_cross_exploration(*args: Any, reward_source: str = "measure", **kwargs: Any
-                           ) -> gym.Env:
-    """The entry point of ``altenv/CrossExploration-v0``: the replay env for
-    ``reward_source="dataset"``, else :class:`envs.CrossExplorationEnv`."""
-    from .cross import CrossExplorationEnv
-
-    if reward_source == "dataset":
-        return CrossExplorationReplayEnv(*args, **kwargs)
-    return CrossExplorationEnv(*args, reward_source=reward_source, **kwargs)

@@ -12,7 +12,7 @@ import inspect
 
 import gymnasium as gym
 
-from . import ENV_IDS
+from . import ENV_IDS, REPLAYS
 
 WORKLOAD = "gmm:M=16,N=16,K=16"
 """The workload the envs are instantiated on to show concrete spaces."""
@@ -55,8 +55,12 @@ def describe(env_id: str | None = None, workload: str = WORKLOAD) -> str:
     if env_id is None:
         lines += ["", "details: altenv envs ID"]
     else:
-        cls = gym.spec(env_id).entry_point
+        cls = ENV_IDS.get(env_id) or gym.spec(env_id).entry_point
         if isinstance(cls, str):
             cls = gym.envs.registration.load_env_creator(cls)
         lines += ["", inspect.getdoc(cls) or ""]
+        replay = REPLAYS.get(env_id)
+        if replay is not None:
+            lines += ["", f"# With reward_source='dataset': {replay.__name__}", "",
+                      inspect.getdoc(replay) or ""]
     return "\n".join(lines) + "\n"

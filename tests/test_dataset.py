@@ -33,7 +33,8 @@ from altenv.tuning import freeze
 
 WORKLOADS = [("gmm-000", "gmm:M=16,N=32,K=64"),
              ("dep-000", "dep:N=1,C=16,H=14,W=14,KH=3,KW=3,pad=1")]
-PLAN = Plan(layouts=3, samples=4, searched=2, rounds=5, reference_every=1e9)
+PLAN = Plan(layouts=3, samples=4, searched=2, rounds=5, reference_every=1e9,
+            quiet_host=False)
 TIMING = MeasureConfig(number=1, repeat=1, min_repeat_ms=1)
 DATASET = pytest.mark.xdist_group("dataset")
 
@@ -153,7 +154,7 @@ def test_replay_env_passes_checkers_and_replays_timings(collected):
             obs, info = env.reset()
             w = env.workload.data
     assert seen["replayed"] + seen["predicted"] > 0
-    with pytest.raises(ValueError, match="head 0 must be an integer in"):
+    with pytest.raises(ValueError, match=r"action head 0 is 99\.0: must be an integer in \[0, 11"):
         env.step(np.full(len(env.action_space.nvec), 99))
 
 
@@ -167,6 +168,37 @@ def test_gym_make_dispatches_on_reward_source(collected):
     with pytest.raises(ValueError, match="takes no session"):
         gym.make("altenv/CrossExploration-v0", reward_source="dataset",
                  dataset=str(collected.path), session=object())
+
+
+@pytest.mark.slow
+@DATASET
+def test_loop_and_layout_replays(collected, monkeypatch):
+    monkeypatch.setenv("ALTENV_DATASETS", str(collected.path.parent))
+    loop = gym.make("altenv/LoopTuning-v0", workload="altenv://tiny/dep-000",
+                    reward_source="dataset", batch=4, episode_length=5)
+    check_env(loop.unwrapped, skip_render_check=True)
+    sb3_check_env(loop.unwrapped)
+    obs, info = loop.reset(seed=0)
+    assert info["factors"] == collected.load("dep-000").layouts[0]["factors"]
+    for _ in range(5):
+        obs, reward, terminated, truncated, info = loop.step(loop.action_space.sample())
+        assert 0 <= reward <= 1 and isinstance(info["replayed"], bool)
+    assert truncated
+    with pytest.raises(ValueError, match="not in the dataset"):
+        gym.make("altenv/LoopTuning-v0", workload="altenv://tiny/dep-000",
+                 reward_source="dataset", layout={"ht": 7, "wt": 7, "ot": 2, "it": 2,
+                                                  "it_w": 1, "ot_w": 2})
+    for action_type in ("continuous", "discrete"):
+        layout = gym.make("altenv/LayoutTuning-v0", workload="altenv://tiny/gmm-000",
+                          reward_source="dataset", action_type=action_type, batch=4)
+        check_env(layout.unwrapped, skip_render_check=True)
+        layout.reset(seed=1)
+        obs, reward, _, _, info = layout.step(layout.action_space.sample())
+        held = [lay["factors"] for lay in collected.load("gmm-000").layouts]
+        assert info["factors"] in held and 0 < reward <= 1
+    with pytest.raises(ValueError, match="JointTuning-v0: reward_source='dataset' is not"):
+        gym.make("altenv/JointTuning-v0", workload="altenv://tiny/gmm-000",
+                 reward_source="dataset")
 
 
 @pytest.mark.slow
@@ -243,3 +275,30 @@ def collected_free_table():
             for i, lat in enumerate([[1e-3] * 5, [2e-3] * 5, []])]
     table = program_table(rows, meta)
     return WorkloadData(meta, table)
+
+
+@pytest.mark.slow
+@DATASET
+def test_altenv_train_pretrains_ppo_on_a_replayed_dataset(collected, tmp_path, capsys):
+    from altenv.cli import main
+
+    config = tmp_path / "train.yaml"
+    config.write_text(
+        "name: replayed\n"
+        f"pretrain: {{reward_source: dataset, dataset: {collected.path}, timesteps: 64,\n"
+        "           envs: 1, batch: 4}\n"
+        "agent: {name: ppo, options: {checkpoint: null, walk_length: 2, loop_rounds: 1,\n"
+        "                             n_steps: 16, batch_size: 16}}\n")
+    assert main(["train", str(config), "--output-dir", str(tmp_path), "--quiet"]) == 0
+    state = json.loads((tmp_path / "replayed" / "train-state.json").read_text())
+    assert state["pretrain_steps"] >= 64
+    assert state["pretrain_workloads"] == [f"altenv://tiny/{n}" for n, _ in WORKLOADS]
+    assert (tmp_path / "replayed" / "checkpoint" / "policy.npz").is_file()
+    capsys.readouterr()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\npretrain: {reward_source: dataset, dataset: nope, "
+                   "timesteps: 8}\n")
+    assert main(["train", str(bad), "--output-dir", str(tmp_path), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "pretrain" in err[0] and "'nope'" in err[0]
+    assert not (tmp_path / "bad").exists()

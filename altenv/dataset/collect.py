@@ -72,6 +72,8 @@ class Plan:
     rounds: int = 5
     reference_every: float = 180.0
     seed: int = 0
+    quiet_host: bool = True
+    """Time a batch only once other processes leave the host's cores idle."""
 
 
 @dataclass
@@ -153,6 +155,43 @@ class ReferenceTimer:
             schema=REFERENCE_SCHEMA)
 
 
+def others_busy(window: float = 0.5) -> float:
+    """Cores used over ``window`` seconds by processes outside this one's process tree
+    (this collection's own builders and runner are inside it)."""
+    import psutil
+
+    me = psutil.Process()
+    own = {me.pid, *(c.pid for c in me.children(recursive=True))}
+
+    def times() -> dict[int, float]:
+        out = {}
+        for proc in psutil.process_iter(["pid", "cpu_times"]):
+            t = proc.info["cpu_times"]
+            if t is not None and proc.info["pid"] not in own:
+                out[proc.info["pid"]] = t.user + t.system
+        return out
+
+    before = times()
+    time.sleep(window)
+    after = times()
+    return sum(max(after[p] - before.get(p, after[p]), 0.0) for p in after) / window
+
+
+def wait_for_quiet_host(limit: float = 0.25, patience: float = 1800.0,
+                        log: Callable[[str], None] = print) -> float:
+    """Wait until other processes use under ``limit`` cores (timing may not overlap other
+    work), at most ``patience`` seconds; the seconds waited."""
+    start = time.monotonic()
+    warned = False
+    while (busy := others_busy()) >= limit and time.monotonic() - start < patience:
+        if not warned:
+            log(f"dataset: other processes use {busy:.1f} cores; waiting for a quiet host "
+                "before timing")
+            warned = True
+        time.sleep(5.0)
+    return time.monotonic() - start
+
+
 def combine(rounds: Sequence[MeasureResult]) -> MeasureResult:
     """One result of a program timed in several interleaved rounds: one latency per round
     (the median of that round's repeats); failed if any round failed."""
@@ -177,6 +216,7 @@ class WorkloadCollector:
                        for r in journal.records(self.task.key)}
         self.rows: list[dict[str, Any]] = []
         self.layouts: list[dict[str, Any]] = []
+        self.waited = 0.0
 
     def run(self, progress: Callable[[int], None] = lambda n: None) -> None:
         lanes = max(1, vector_bits(self.task.target) // 32)
@@ -219,6 +259,8 @@ class WorkloadCollector:
         vectors = [tuple(int(v) for v in space.to_vector(p)) for p in points]
         new = [i for i, v in enumerate(vectors) if (factors, v) not in self._known]
         if new:
+            if self.plan.quiet_host:
+                self.waited += wait_for_quiet_host()
             if self.reference is not None:
                 self.reference.maybe()
             check = self.task.check(factors)

@@ -34,10 +34,13 @@ from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
 import agents
 from envs.cross import CrossExplorationEnv
+from envs.cross_replay import CrossExplorationReplayEnv
 
 from .. import pretrained
 from ..config import ConfigError, TrainConfig
 from ..costmodel import CostModel
+from ..datapath import dataset_dir
+from ..dataset import Dataset
 from ..graph.network import plan_network
 from ..graph.tasks import extract_tasks
 from ..measure import create
@@ -111,19 +114,29 @@ def _corpus(cfg: TrainConfig, state: _State, specs: list[str], progress: bool) -
     return model
 
 
-def _pretrain(cfg: TrainConfig, state: _State, agent: Any, cost_model: Path) -> None:
-    """Stage 2: the policy on cost-model rewards across drawn workloads, on parallel envs;
+def _pretrain(cfg: TrainConfig, state: _State, agent: Any, cost_model: Path | None) -> None:
+    """Stage 2: the policy on cost-model rewards across drawn workloads, or on a dataset's
+    replayed ones, on parallel envs;
     the checkpoint and the state are saved every few updates, so a killed run resumes."""
     pre = cfg.pretrain
     assert pre is not None
     done = state["pretrain_steps"] or 0
     if done >= pre.timesteps:
         return
-    specs = pre.draw.draw(suite_specs() | set(state["corpus_workloads"] or ()))
-    state["pretrain_workloads"] = specs
-    env_fn = functools.partial(CrossExplorationEnv, specs, cfg.target,
-                               reward_source="cost_model", cost_model=str(cost_model),
-                               batch=pre.batch, **agent.env_options)
+    if pre.reward_source == "dataset":
+        options = {k: v for k, v in agent.env_options.items()
+                   if k in ("episode_layouts", "loop_rounds", "walk_length")}
+        env_fn = functools.partial(CrossExplorationReplayEnv, dataset=pre.dataset,
+                                   batch=pre.batch, **options)
+        data = Dataset.open(dataset_dir(pre.dataset))
+        state["pretrain_workloads"] = [f"altenv://{data.name}/{n}" for n in data.workloads()]
+    else:
+        assert pre.draw is not None and cost_model is not None
+        specs = pre.draw.draw(suite_specs() | set(state["corpus_workloads"] or ()))
+        state["pretrain_workloads"] = specs
+        env_fn = functools.partial(CrossExplorationEnv, specs, cfg.target,
+                                   reward_source="cost_model", cost_model=str(cost_model),
+                                   batch=pre.batch, **agent.env_options)
     make = functools.partial(make_vec_env, env_fn, n_envs=pre.envs, seed=cfg.seed + done,
                              vec_env_cls=SubprocVecEnv if pre.envs > 1 else DummyVecEnv)
     every = agent.ppo_options["n_steps"] * pre.envs * 8  # steps between checkpoints
@@ -280,7 +293,8 @@ def train(cfg: TrainConfig, progress: bool = True, repair: bool = False,
         raise ConfigError(f"agent: {cfg.agent.name!r} cannot pretrain on cost-model rewards; "
                           "drop 'corpus' and 'pretrain' or use 'ppo'")
     cost_model: CostModel | None = getattr(agent, "base", None)
-    if cfg.pretrain is not None and cfg.corpus is None and cost_model is None:
+    if cfg.pretrain is not None and cfg.pretrain.reward_source == "cost_model" \
+            and cfg.corpus is None and cost_model is None:
         raise ConfigError("pretrain: needs a cost model: add 'corpus' or start from a "
                           "checkpoint that has one")
     tasks = [op_task(cfg, w) for w in cfg.workloads]
@@ -294,9 +308,8 @@ def train(cfg: TrainConfig, progress: bool = True, repair: bool = False,
             agent.use_cost_model(cost_model)
             agent.save(checkpoint)
         if cfg.pretrain is not None:
-            assert cost_model is not None
-            path = run_dir.cost_model
-            if not path.exists():
+            path = run_dir.cost_model if cost_model is not None else None
+            if path is not None and not path.exists():
                 cost_model.save(path, records=False)
             _pretrain(cfg, state, agent, path)
         _workloads(cfg, state, agent, cost_model, tasks, db, progress)

@@ -1,0 +1,86 @@
+"""What the replay environments share: the dataset and surrogate behind them, and the
+check of an action against its space.
+
+A replay env (``reward_source="dataset"``) answers from a measured-program dataset
+(:mod:`altenv.dataset`) instead of a device or a cost model; its workloads are named by
+dataset URI (``altenv://<dataset>/<workload>``) or are all of a dataset's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from altenv.datapath import DEFAULT_DATASET, SCHEME, dataset_dir
+from altenv.dataset import Dataset
+from altenv.dataset.replay import WorkloadReplay
+from altenv.dataset.surrogate import Surrogate, load_or_fit
+from altenv.ops import LayoutTemplate
+
+from .common import finite_action
+
+
+class ReplaySource:
+    """The dataset, its workloads and surrogate of a replay env, workloads loaded once."""
+
+    def __init__(self, workload: str | Sequence[str] | None, dataset: str | None,
+                 surrogate: Surrogate | str | None, unused: dict[str, Any]):
+        if unused:
+            raise ValueError(f"reward_source='dataset' takes no {', '.join(sorted(unused))} "
+                             "(a replay has no device, session or cost model)")
+        names = [workload] if isinstance(workload, str) else list(workload or [])
+        uris = [n for n in names if isinstance(n, str) and n.startswith(SCHEME)]
+        if len(uris) != len(names):
+            raise ValueError(f"workload {names}: with reward_source='dataset' give dataset "
+                             "URIs (altenv://<dataset>/<workload>) or None")
+        sets = {u[len(SCHEME):].partition("/")[0] for u in uris} or {dataset or DEFAULT_DATASET}
+        if len(sets) > 1:
+            raise ValueError(f"workload: URIs of one dataset only, got {sorted(sets)}")
+        self.dataset = Dataset.open(dataset_dir(sets.pop()))
+        self.names = [u.rpartition("/")[2] for u in uris] or self.dataset.workloads()
+        missing = sorted(set(self.names) - set(self.dataset.workloads()))
+        if missing or not self.names:
+            raise ValueError(f"dataset {self.dataset.name}: no workload {missing or ''}; it "
+                             f"has {', '.join(self.dataset.workloads()) or 'none'}")
+        self.surrogate = (Surrogate.load(surrogate) if isinstance(surrogate, str)
+                          else surrogate or load_or_fit(self.dataset))
+        self._loaded: dict[str, tuple[WorkloadReplay, LayoutTemplate]] = {}
+
+    def get(self, name: str) -> tuple[WorkloadReplay, LayoutTemplate]:
+        """A workload's replay and its layout template."""
+        if name not in self._loaded:
+            data = self.dataset.load(name)
+            self._loaded[name] = (WorkloadReplay(data, self.surrogate),
+                                  LayoutTemplate(data.spec))
+        return self._loaded[name]
+
+    def uri(self, name: str) -> str:
+        return f"{SCHEME}{self.dataset.name}/{name}"
+
+
+def checked_action(space: spaces.Space, action: Any) -> np.ndarray:
+    """``action`` as an array, or a ``ValueError`` naming the head outside ``space`` and
+    its allowed range (a replay never wraps or clips an action it was not offered)."""
+    values = finite_action(action)
+    if isinstance(space, spaces.MultiDiscrete):
+        flat, nvec = np.ravel(values), np.ravel(space.nvec)
+        if flat.shape != nvec.shape:
+            raise ValueError(f"action of shape {values.shape}, expected {space.shape}")
+        for i, (a, n) in enumerate(zip(flat, nvec)):
+            if not 0 <= a < n or a != round(a):
+                raise ValueError(f"action head {i} is {a}: must be an integer in "
+                                 f"[0, {int(n) - 1}]")
+        return values.astype(np.int64)
+    if isinstance(space, spaces.Box):
+        if values.shape != space.shape:
+            raise ValueError(f"action of shape {values.shape}, expected {space.shape}")
+        bad = np.flatnonzero((values < space.low) | (values > space.high))
+        if bad.size:
+            i = int(bad[0])
+            raise ValueError(f"action head {i} is {values.flat[i]}: must be in "
+                             f"[{space.low.flat[i]}, {space.high.flat[i]}]")
+        return values
+    raise TypeError(f"unsupported action space {space}")
