@@ -237,6 +237,45 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_offline(args: argparse.Namespace) -> int:
+    import json
+
+    from .bench.offline import format_summary, plot_summary, run_offline, summarize
+    from .config import AgentConfig, ConfigError
+    from .datapath import dataset_dir
+    from .dataset import Dataset
+
+    try:
+        budgets = sorted({int(b) for b in args.budgets.split(",")})
+    except ValueError:
+        budgets = []
+    if not budgets or budgets[0] < 1 or args.seeds < 1:
+        raise ConfigError("bench offline: --budgets takes trial counts >= 1 such as "
+                          "16,64,200,1000; --seeds must be >= 1")
+    try:
+        data = Dataset.open(dataset_dir(args.dataset))
+        agents = {label: AgentConfig(**agent)
+                  for label, agent in map(_agent_option, args.agent or [])}
+        output = Path(args.output or f"runs/offline-{data.name}")
+        rows = run_offline(data, args.tuners.split(","), args.seeds, budgets, output,
+                           args.filter, agents, progress=not args.quiet)
+    except ValueError as err:
+        raise ConfigError(f"bench offline: {' '.join(str(err).split())}") from None
+    summary = summarize(rows)
+    (output / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    plot_summary(summary, output / "regret.png", f"{data.name}: regret over "
+                 f"{len({r['workload'] for r in rows})} workloads x {args.seeds} seeds")
+    replayed = sum(r["replayed"] for r in rows)
+    total = replayed + sum(r["predicted"] for r in rows)
+    print(f"dataset {data.name}, {len({r['workload'] for r in rows})} workloads x "
+          f"{args.seeds} seeds, budgets {budgets}; "
+          f"{replayed / max(total, 1):.0%} of trials replayed, the rest predicted")
+    print(format_summary(summary), end="")
+    print(f"results: {output / 'results.csv'}, summary: {output / 'summary.json'}, plot: "
+          f"{output / 'regret.png'}")
+    return 0
+
+
 def _bench_peak(args: argparse.Namespace) -> int:
     from .bench.peak import timed_peak  # loads TVM: only when run
 
@@ -450,6 +489,23 @@ def build_parser() -> argparse.ArgumentParser:
     speed.add_argument("--dataset", help="with --reward-source dataset: a dataset name or "
                                          "directory (default: the shipped cpu-v0)")
     speed.set_defaults(func=_bench_envs)
+    offline = kinds.add_parser("offline", help="agents on a dataset's workloads, replayed: "
+                                               "regret curves over seeds and budgets")
+    offline.add_argument("--dataset", default="cpu-v0",
+                         help="dataset name or directory (default: the shipped cpu-v0)")
+    offline.add_argument("--tuners", default="random,altenv",
+                         help="comma-separated agents (altenv = evolution, random, ppo, "
+                              "heron_cga, mind_mappings, --agent labels, module:Class)")
+    offline.add_argument("--agent", action="append", metavar="LABEL=AGENT",
+                         help="a labelled agent with options, e.g. "
+                              "'evo8=evolution{initial_layouts: 8}' (repeatable)")
+    offline.add_argument("--seeds", type=int, default=20)
+    offline.add_argument("--budgets", default="16,64,200,1000",
+                         help="comma-separated trial budgets (each tuned as its own cell)")
+    offline.add_argument("--filter", help="regex on workload names")
+    offline.add_argument("--output", help="directory (default runs/offline-DATASET; resumes)")
+    offline.add_argument("--quiet", action="store_true", help="no progress bars")
+    offline.set_defaults(func=_bench_offline)
     peak = kinds.add_parser("peak", help="this host's fp32 FMA peak and memory bandwidth "
                                          "(the roofline of bench ops tables), cached per host")
     peak.add_argument("--target", help="TVM target (default: this host)")

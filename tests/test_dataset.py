@@ -4,6 +4,7 @@ one workload at a time, dataset URIs, the surrogate, and the replay environment.
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 
@@ -29,6 +30,7 @@ from altenv.dataset.surrogate import (
 )
 from altenv.measure import LocalMeasurer, MeasureConfig
 from altenv.ops import LayoutTemplate, parse_workload
+from altenv.records import RecordDB
 from altenv.tuning import freeze
 
 WORKLOADS = [("gmm-000", "gmm:M=16,N=32,K=64"),
@@ -302,3 +304,49 @@ def test_altenv_train_pretrains_ppo_on_a_replayed_dataset(collected, tmp_path, c
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "pretrain" in err[0] and "'nope'" in err[0]
     assert not (tmp_path / "bad").exists()
+
+
+@pytest.mark.slow
+@DATASET
+def test_replay_measurer_answers_from_the_dataset(collected):
+    from altenv.dataset.measurer import ReplayMeasurer
+    from altenv.measure import MeasureCandidate, ProgramPoint
+
+    measurer = ReplayMeasurer(collected, seed=0)
+    w = collected.load("gmm-000")
+    row = 5
+    layout = w.layouts[int(w.layout[row])]
+    point = ProgramPoint(w.spec, freeze(layout["factors"]), w.decisions[row],
+                         tuple(w.encoding[row].tolist()))
+    (rounds,) = measurer.retime([MeasureCandidate(None, point=point)], rounds=8)
+    assert all(r.latencies[0] in w.latencies[row] for r in rounds)
+    assert measurer.replayed == 8 and measurer.predicted == 0
+    off = ProgramPoint(w.spec, point.factors, tuple(v + 1000 for v in point.decisions),
+                       point.encoding)
+    (pred,) = measurer.measure([MeasureCandidate(None, point=off)])
+    assert measurer.predicted == 1 and pred.median >= w.best * (1 - 1e-6)
+    with pytest.raises(ValueError, match="not in dataset"):
+        measurer.measure([MeasureCandidate(None, point=ProgramPoint(
+            "gmm:M=1,N=1,K=999", point.factors, point.decisions, point.encoding))])
+
+
+@pytest.mark.slow
+@DATASET
+def test_bench_offline_runs_bench_ops_cells_on_the_replay(collected, tmp_path, capsys):
+    from altenv.cli import main
+
+    out = tmp_path / "offline"
+    assert main(["bench", "offline", "--dataset", str(collected.path), "--tuners", "random",
+                 "--seeds", "2", "--budgets", "4", "--filter", "gmm", "--output", str(out),
+                 "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "random" in printed and (out / "regret.png").is_file()
+    rows = list(csv.DictReader((out / "results.csv").open()))
+    assert [(r["workload"], r["seed"], r["budget"]) for r in rows] == [
+        ("gmm-000", "0", "4"), ("gmm-000", "1", "4")]
+    assert all(float(r["regret"]) >= -1e-9 and int(r["trials"]) == 4 for r in rows)
+    records = RecordDB(out / "b4" / "gmm-000" / "random-seed0" / "records.jsonl")
+    assert records.count() == 4  # bench ops' own cell, its records
+    assert main(["bench", "offline", "--dataset", str(collected.path), "--tuners",
+                 "metaschedule", "--output", str(out)]) == 2
+    assert "metaschedule has no replay" in capsys.readouterr().err

@@ -137,6 +137,18 @@ class WorkloadReplay:
             predicted = self._predicted[key] = self.best / 2.0 ** self.surrogate.predict_one(x)
         return predicted, False
 
+    def layout_of(self, factors: dict[str, int]) -> LayoutReplay | None:
+        """The dataset's layout with exactly these factors, if it holds one."""
+        lay, exact = self.nearest_layout(factors)
+        return lay if exact else None
+
+    def predict(self, factors: dict[str, int], encoding: Sequence[float],
+                decisions: Sequence[int]) -> float:
+        """The surrogate's latency (s) of a point of any layout, in the dataset or not."""
+        x = point_features(self.workload_features, layout_vector(factors, self.extents),
+                           np.asarray(encoding, dtype=np.float32), decisions)
+        return self.best / 2.0 ** self.surrogate.predict_one(x)
+
     def features(self, layout: LayoutReplay, point: Point) -> np.ndarray:
         """The program features of ``point`` if measured, else those of the measured
         program of the layout nearest it (by decision encoding)."""

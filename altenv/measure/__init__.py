@@ -5,7 +5,7 @@ from .builder import PersistentBuilder
 from .check import CorrectnessCheck, WrongResultError
 from .config import MeasureConfig, RPCSettings
 from .measurer import LocalMeasurer, Measurer, RPCMeasurer, create, device_type
-from .result import MeasureCandidate, MeasureResult, as_module
+from .result import MeasureCandidate, MeasureResult, ProgramPoint, as_module
 
 __all__ = [
     "CorrectnessCheck",
@@ -13,6 +13,7 @@ __all__ = [
     "MeasureCandidate",
     "MeasureConfig",
     "MeasureResult",
+    "ProgramPoint",
     "Measurer",
     "PersistentBuilder",
     "RPCMeasurer",

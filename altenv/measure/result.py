@@ -21,6 +21,17 @@ def as_module(program: IRModule | PrimFunc | Schedule) -> IRModule:
     return program
 
 
+@dataclass(frozen=True)
+class ProgramPoint:
+    """Which point of a workload's joint space a program is: what a measurer that answers
+    from a dataset instead of a device (``altenv.dataset.ReplayMeasurer``) looks up."""
+
+    workload: str
+    factors: tuple[tuple[str, int], ...]
+    decisions: tuple[int, ...]
+    encoding: tuple[float, ...]
+
+
 @dataclass
 class MeasureCandidate:
     """One program to build and time.
@@ -31,10 +42,14 @@ class MeasureCandidate:
         The scheduled program (its entry function is timed).
     check : CorrectnessCheck | None
         Compare its outputs with a reference before timing.
+    point : ProgramPoint | None
+        The joint-space point the program was generated from (a tuning session's
+        candidates carry it; a replayed measurement needs it).
     """
 
     program: IRModule | PrimFunc | Schedule
     check: CorrectnessCheck | None = None
+    point: ProgramPoint | None = None
 
     @property
     def mod(self) -> IRModule:

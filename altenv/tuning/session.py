@@ -19,7 +19,7 @@ import numpy as np
 from tvm.s_tir import Schedule
 
 from ..costmodel import CostModel, extract_features
-from ..measure import MeasureCandidate, Measurer
+from ..measure import MeasureCandidate, Measurer, ProgramPoint
 from ..records import Final, Record, RecordDB, candidate_key
 from ..space.loop_space import StaleRecordError
 from .task import Candidate, Factors, OpTask, freeze
@@ -148,6 +148,13 @@ class TuningSession:
             feats = self._features(factors, [c for c, _ in ok])
             self.cost_model.update(self.task.key, feats, [lat for _, lat in ok])
 
+    def _point(self, candidate: Candidate) -> ProgramPoint:
+        """What a candidate is, for a measurer that answers from a dataset."""
+        space = self.task.space(candidate.factors)
+        return ProgramPoint(self.task.key, candidate.factors,
+                            tuple(int(v) for v in space.to_vector(candidate.point)),
+                            tuple(float(v) for v in space.encode(candidate.point)))
+
     def _key(self, candidate: Candidate, schedule: Schedule) -> str:
         space = self.task.space(candidate.factors)
         return candidate_key(self.task.key, self.task.target,
@@ -174,8 +181,8 @@ class TuningSession:
             return None
         schedules = [self.schedule(c) for c in top]
         start = time.perf_counter()
-        results = self.measurer.retime([MeasureCandidate(s.mod) for s in schedules], rounds,
-                                       cold)
+        results = self.measurer.retime([MeasureCandidate(s.mod, point=self._point(c))
+                                        for c, s in zip(top, schedules)], rounds, cold)
         self.seconds["finalists"] += time.perf_counter() - start
         latencies = [statistics.median(r.median for r in rs) for rs in results]
         return self.db.add_final(Final(self.task.key, [self._key(c, s) for c, s in
@@ -234,7 +241,7 @@ class TuningSession:
         schedules = [self.schedule(c) for c in candidates]
         checks = {f: self.task.check(f) for f in {c.factors for c in candidates}} \
             if self.check else {}
-        inputs = [MeasureCandidate(s.mod, checks.get(c.factors)) for c, s in
+        inputs = [MeasureCandidate(s.mod, checks.get(c.factors), self._point(c)) for c, s in
                   zip(candidates, schedules)]
         start = time.perf_counter()
         results = self.measurer.measure(inputs)
