@@ -350,3 +350,24 @@ def test_bench_offline_runs_bench_ops_cells_on_the_replay(collected, tmp_path, c
     assert main(["bench", "offline", "--dataset", str(collected.path), "--tuners",
                  "metaschedule", "--output", str(out)]) == 2
     assert "metaschedule has no replay" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@DATASET
+def test_a_batch_disturbed_by_other_work_is_timed_again(tmp_path, monkeypatch):
+    from altenv.dataset import collect as collection
+
+    busy = iter([1.5, 0.0, 0.0, 0.0])  # others used 1.5 cores while the first batch ran
+    monkeypatch.setattr(collection, "wait_for_quiet_host", lambda: 0.0)
+    monkeypatch.setattr(collection.OtherLoad, "since", lambda self, start: next(busy, 0.0))
+    plan = Plan(layouts=1, samples=3, searched=1, rounds=5, reference_every=1e9)
+    measurer = CountingMeasurer()
+    try:
+        collect(tmp_path / "ds", WORKLOADS[:1], plan, TIMING, measurer=measurer,
+                progress=False)
+    finally:
+        measurer.close()
+    w = Dataset.open(tmp_path / "ds").load("gmm-000")
+    # the reference (1), the sampled batch twice (3 + 3), the searched batch (1)
+    assert measurer.built == 1 + 2 * 3 + len(w) - 3
+    assert len(w) == 4 and np.isfinite(w.latency).all()

@@ -60,6 +60,10 @@ REFERENCE_SPEC = "gmm:M=128,N=128,K=128"
 """The fixed kernel re-timed through a collection (its default layout and loop point)."""
 ELITES = 4
 """Sampled programs of a layout whose mutants make its searched programs."""
+QUIET = 0.25
+"""Cores other processes may use while a batch is timed."""
+RETRIES = 5
+"""Times a batch that other work disturbed is timed again before it is kept."""
 
 
 @dataclass
@@ -155,29 +159,48 @@ class ReferenceTimer:
             schema=REFERENCE_SCHEMA)
 
 
+class OtherLoad:
+    """The cores the rest of the host keeps busy: the machine's busy CPU time less this
+    process tree's (a collection's own builders and runner are inside it). Processes that
+    come and go between two readings are counted too."""
+
+    def __init__(self) -> None:
+        import psutil
+
+        self._psutil = psutil
+        self._me = psutil.Process()
+
+    def reading(self) -> tuple[float, float]:
+        """(wall seconds, CPU seconds spent outside this process tree) now."""
+        t = self._psutil.cpu_times()
+        busy = t.user + t.nice + t.system + getattr(t, "irq", 0.0) + \
+            getattr(t, "softirq", 0.0) + getattr(t, "steal", 0.0)
+        own = 0.0
+        for proc in [self._me, *self._me.children(recursive=True)]:
+            try:
+                c = proc.cpu_times()
+            except self._psutil.Error:  # it ended between the listing and the reading
+                continue
+            own += c.user + c.system
+        mine = self._me.cpu_times()
+        own += mine.children_user + mine.children_system  # children that ended
+        return time.monotonic(), busy - own
+
+    def since(self, reading: tuple[float, float]) -> float:
+        """Cores others used on average since ``reading``."""
+        now = self.reading()
+        return max(now[1] - reading[1], 0.0) / max(now[0] - reading[0], 1e-3)
+
+
 def others_busy(window: float = 0.5) -> float:
-    """Cores used over ``window`` seconds by processes outside this one's process tree
-    (this collection's own builders and runner are inside it)."""
-    import psutil
-
-    me = psutil.Process()
-    own = {me.pid, *(c.pid for c in me.children(recursive=True))}
-
-    def times() -> dict[int, float]:
-        out = {}
-        for proc in psutil.process_iter(["pid", "cpu_times"]):
-            t = proc.info["cpu_times"]
-            if t is not None and proc.info["pid"] not in own:
-                out[proc.info["pid"]] = t.user + t.system
-        return out
-
-    before = times()
+    """Cores used over ``window`` seconds outside this process tree."""
+    load = OtherLoad()
+    start = load.reading()
     time.sleep(window)
-    after = times()
-    return sum(max(after[p] - before.get(p, after[p]), 0.0) for p in after) / window
+    return load.since(start)
 
 
-def wait_for_quiet_host(limit: float = 0.25, patience: float = 1800.0,
+def wait_for_quiet_host(limit: float = QUIET, patience: float = 1800.0,
                         log: Callable[[str], None] = print) -> float:
     """Wait until other processes use under ``limit`` cores (timing may not overlap other
     work), at most ``patience`` seconds; the seconds waited."""
@@ -259,13 +282,9 @@ class WorkloadCollector:
         vectors = [tuple(int(v) for v in space.to_vector(p)) for p in points]
         new = [i for i, v in enumerate(vectors) if (factors, v) not in self._known]
         if new:
-            if self.plan.quiet_host:
-                self.waited += wait_for_quiet_host()
-            if self.reference is not None:
-                self.reference.maybe()
             check = self.task.check(factors)
             inputs = [MeasureCandidate(space.decode(points[i]).mod, check) for i in new]
-            results = [combine(r) for r in self.measurer.retime(inputs, self.plan.rounds)]
+            results = self._time(inputs)
             layouts = self.task.layouts_json(factors)
             for i, result in zip(new, results):
                 record = self.journal.add_result(self.task.key, self.task.target, layouts,
@@ -289,6 +308,25 @@ class WorkloadCollector:
             })
             out.append(latency)
         return out
+
+    def _time(self, inputs: list[MeasureCandidate]) -> list[MeasureResult]:
+        """Build and time a batch; with ``quiet_host``, only on a host nothing else keeps
+        busy, and again (up to :data:`RETRIES` times) when other work ran while it was
+        timed."""
+        load = OtherLoad()
+        for attempt in range(RETRIES + 1):
+            if self.plan.quiet_host:
+                self.waited += wait_for_quiet_host()
+            if self.reference is not None:
+                self.reference.maybe()
+            start = load.reading()
+            results = [combine(r) for r in self.measurer.retime(inputs, self.plan.rounds)]
+            busy = load.since(start)
+            if not self.plan.quiet_host or busy < QUIET or attempt == RETRIES:
+                return results
+            print(f"dataset: {self.name}: other processes used {busy:.1f} cores while a "
+                  "batch was timed; timing it again")
+        return results
 
     def meta(self) -> dict[str, Any]:
         workload = parse_workload(self.spec)
