@@ -8,9 +8,10 @@ from .store import Dataset
 
 
 def format_info(path: str) -> str:
-    """The card's headline (host, target, commit, counts, hours) and one line per
-    workload: its URI, spec, layouts, programs, failures and the spread from its slowest
-    to its fastest program."""
+    """The card's headline (host, target, commit, counts, hours, the reference kernel's
+    range) and one line per workload: its URI, spec, layouts, programs, failures, the
+    spread from its slowest to its fastest program, the median spread of a program's own
+    timings, and how far the reference kernel drifted (max / min) while it was measured."""
     data = Dataset.open(path)
     card = data.card
     host = card.get("host", {})
@@ -21,11 +22,24 @@ def format_info(path: str) -> str:
              f"  {counts.get('workloads', 0)} of {len(card.get('workloads', []))} workloads "
              f"collected, {counts.get('programs', 0)} programs ({counts.get('failed', 0)} "
              f"failed), {card.get('collection_hours', 0)} h of collection"]
+    reference = data.reference()
+    base = float(np.median(reference.column("latency").to_numpy())) if reference else np.nan
+    if reference:
+        ref = reference.column("latency").to_numpy()
+        lines.append(f"  reference kernel {card.get('reference_kernel', '?')}: median "
+                     f"{base * 1e3:.4f} ms over {len(ref)} timings, "
+                     f"{ref.min() / base:.2f}x to {ref.max() / base:.2f}x of it")
+    lines.append("  workload (URI)            layouts programs failed  best ms  slowest/"
+                 "fastest  timing spread  reference drift")
     for name in data.workloads():
         w = data.load(name)
         ok = w.latency[np.isfinite(w.latency)]
         spread = f"{ok.max() / ok.min():.1f}x" if ok.size else "-"
-        lines.append(f"  altenv://{data.name}/{name:9s} {w.spec:55s} {len(w.layouts):3d} "
-                     f"layouts {len(w):4d} programs {len(w) - ok.size:3d} failed, best "
-                     f"{w.best * 1e3:.4f} ms, slowest/fastest {spread}")
+        noise = np.median([(t.max() - t.min()) / np.median(t) for t in w.latencies if len(t)]
+                          or [np.nan])
+        refs = w.table.column("reference").to_numpy()
+        drift = (np.nanmax(refs) / np.nanmin(refs)) if np.isfinite(refs).any() else np.nan
+        lines.append(f"  altenv://{data.name}/{name:9s} {len(w.layouts):5d} {len(w):8d} "
+                     f"{len(w) - ok.size:6d} {w.best * 1e3:8.4f} {spread:>16s} "
+                     f"{noise:13.2f} {drift:15.2f}x   {w.spec}")
     return "\n".join(lines) + "\n"
