@@ -382,6 +382,9 @@ class CollectionConfig(Strict):
     #: time a batch only once other processes leave the cores idle (builds may overlap
     #: other work, timings may not)
     quiet_host: bool = True
+    #: a workload whose reference timings moved more than this (max / min) while it was
+    #: collected is collected again (up to twice)
+    drift: float = Field(1.3, gt=1.0)
 
 
 class DatasetConfig(Strict):

@@ -36,7 +36,7 @@ from altenv.tuning import freeze
 WORKLOADS = [("gmm-000", "gmm:M=16,N=32,K=64"),
              ("dep-000", "dep:N=1,C=16,H=14,W=14,KH=3,KW=3,pad=1")]
 PLAN = Plan(layouts=3, samples=4, searched=2, rounds=5, reference_every=1e9,
-            quiet_host=False)
+            quiet_host=False, drift=math.inf)
 TIMING = MeasureConfig(number=1, repeat=1, min_repeat_ms=1)
 DATASET = pytest.mark.xdist_group("dataset")
 
@@ -371,3 +371,24 @@ def test_a_batch_disturbed_by_other_work_is_timed_again(tmp_path, monkeypatch):
     # the reference (1), the sampled batch twice (3 + 3), the searched batch (1)
     assert measurer.built == 1 + 2 * 3 + len(w) - 3
     assert len(w) == 4 and np.isfinite(w.latency).all()
+
+
+@pytest.mark.slow
+@DATASET
+def test_a_workload_the_host_drifted_under_is_collected_again(tmp_path, monkeypatch):
+    from altenv.dataset import collect as collection
+
+    drifts = iter([2.0, 1.0])  # the reference moved 2x during the first collection
+    monkeypatch.setattr(collection, "reference_drift", lambda rows: next(drifts, 1.0))
+    plan = Plan(layouts=1, samples=3, searched=0, rounds=5, reference_every=1e9,
+                quiet_host=False)
+    measurer = CountingMeasurer()
+    try:
+        collect(tmp_path / "ds", WORKLOADS[:1], plan, TIMING, measurer=measurer,
+                progress=False)
+    finally:
+        measurer.close()
+    journal = tmp_path / "ds" / "journal"
+    assert (journal / "gmm-000.drifted-0.jsonl").is_file()
+    assert measurer.built == 1 + 3 + 3  # the reference, the workload twice
+    assert len(Dataset.open(tmp_path / "ds").load("gmm-000")) == 3

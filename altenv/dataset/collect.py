@@ -65,10 +65,8 @@ QUIET = 0.5
 takes a core or more; the kernel's own threads take a little)."""
 RETRIES = 5
 """Times a batch that other work disturbed is timed again before it is kept."""
-DRIFT = 1.3
-"""The most the reference kernel's timings may move (max / min) within one workload's
-collection: more, and the host changed under it; the workload is collected again."""
 DRIFT_RETRIES = 2
+"""Times a workload whose reference drifted past :attr:`Plan.drift` is collected again."""
 
 
 @dataclass
@@ -83,6 +81,9 @@ class Plan:
     seed: int = 0
     quiet_host: bool = True
     """Time a batch only once other processes leave the host's cores idle."""
+    drift: float = 1.3
+    """The most the reference kernel's timings may move (max / min) within one workload's
+    collection: more, and the host changed under it; the workload is collected again."""
 
 
 @dataclass
@@ -406,7 +407,7 @@ def collect(out: str | Path, workloads: Sequence[tuple[str, str]], plan: Plan,
                         bar.set_postfix(workload=name)
                         collector.run(bar.update)
                     drift = reference_drift(collector.rows)
-                    if drift <= DRIFT or attempt == DRIFT_RETRIES:
+                    if drift <= plan.drift or attempt == DRIFT_RETRIES:
                         break
                     print(f"dataset: {name}: the reference kernel's timings moved "
                           f"{drift:.2f}x while it was collected; collecting it again")

@@ -40,7 +40,8 @@ def collect_dataset(cfg: DatasetConfig, progress: bool = True,
     """Collect (or resume) the dataset of ``cfg``; its directory and what this call did."""
     c = cfg.collection
     plan = Plan(layouts=c.layouts, samples=c.samples, searched=c.searched, rounds=c.rounds,
-                reference_every=c.reference_every, seed=cfg.seed, quiet_host=c.quiet_host)
+                reference_every=c.reference_every, seed=cfg.seed, quiet_host=c.quiet_host,
+                drift=c.drift)
     extra = {"config": cfg.model_dump(mode="json"), **(card or {})}
     done = collect(cfg.output, dataset_workloads(cfg), plan, cfg.measure, cfg.target,
                    card=extra, progress=progress)
