@@ -392,3 +392,26 @@ def test_a_workload_the_host_drifted_under_is_collected_again(tmp_path, monkeypa
     assert (journal / "gmm-000.drifted-0.jsonl").is_file()
     assert measurer.built == 1 + 3 + 3  # the reference, the workload twice
     assert len(Dataset.open(tmp_path / "ds").load("gmm-000")) == 3
+
+
+def test_unread_subspaces_take_canonical_values():
+    from altenv.dataset.replay import LayoutReplay
+    from altenv.dataset.store import WorkloadData, program_table
+    from altenv.space.subspace import TileSubspace
+
+    tile = TileSubspace(name="1:PerfectTile", extent=12, levels=3, max_innermost=4)
+    assert tile.is_valid(tile.canonical)
+    entry = {"factors": {"mt": 1}, "subspaces": [
+        {"type": "DesignSubspace", "name": "design", "count": 2},
+        {"type": "TileSubspace", "name": "1:PerfectTile", "extent": 12, "levels": 3,
+         "max_innermost": 4},
+        {"type": "CategoricalSubspace", "name": "2:Categorical", "candidates": [0, 16, 64]}],
+        "designs": [[1, 2], [1]]}  # design 1 does not read the categorical
+    meta = {"name": "w", "spec": "gmm:M=4,N=4,K=4", "knobs": [], "layouts": [entry],
+            "workload_features": []}
+    data = WorkloadData(meta, program_table([], meta))
+    layout = LayoutReplay(0, entry, np.zeros(0, dtype=np.int64), data)
+    assert layout.canonical([(1,), (3, 2, 2), (2,)]) == (1, 3, 2, 2, 0)
+    assert layout.canonical([(0,), (3, 2, 2), (2,)]) == (0, 3, 2, 2, 2)
+    # a move to design 1 leaves the categorical unread: canonical, whatever it held
+    assert layout.step((0, 3, 2, 2, 2), [1, 0, 0]) == (1, 3, 2, 2, 0)

@@ -74,7 +74,8 @@ def cell_regret(measurer: ReplayMeasurer, entry: OpEntry, path: Path) -> float:
             best_measured = record.median
             layout = replay.layout_of({k: int(v) for k, v in
                                        record.layouts["factors"].items()})
-            row = None if layout is None else layout.points.get(tuple(record.decisions))
+            row = None if layout is None else layout.points.get(
+                layout.canonical(layout.split(tuple(record.decisions))))
             value = float(replay.data.latency[row]) if row is not None else record.median
     return value / replay.best - 1.0
 

@@ -56,8 +56,9 @@ from .store import (
     write_json_atomic,
 )
 
-REFERENCE_SPEC = "gmm:M=128,N=128,K=128"
-"""The fixed kernel re-timed through a collection (its default layout and loop point)."""
+REFERENCE_SPEC = "gmm:M=256,N=256,K=256"
+"""The fixed kernel re-timed through a collection: its framework layout and the loop
+point MetaSchedule's sampling draws with seed 0 (the same program in every process)."""
 ELITES = 4
 """Sampled programs of a layout whose mutants make its searched programs."""
 QUIET = 0.5
@@ -118,8 +119,9 @@ class ReferenceTimer:
         task = OpTask(REFERENCE_SPEC, target)
         factors = task.default_factors()
         space = task.space(factors)
-        self._candidate = MeasureCandidate(space.decode(space.default).mod,
-                                           task.check(factors))
+        point = space.canonical(space.sample(1, seed=0)[0])  # the same program in any process
+        self.decisions = space.to_vector(point).tolist()
+        self._candidate = MeasureCandidate(space.decode(point).mod, task.check(factors))
         self._measurer, self._journal, self._every, self._rounds = (
             measurer, journal, every, rounds)
         self._last = -math.inf
@@ -267,8 +269,11 @@ class WorkloadCollector:
                 continue
             index = len(self.layouts)
             self.layouts.append({"factors": dict(factors), "framework": factors == framework,
-                                 "subspaces": subspace_json(space)})
-            sampled = space.sample(self.plan.samples, self.rng)
+                                 "subspaces": subspace_json(space),
+                                 "designs": [list(space.design_slots(d))
+                                             for d in range(space.num_designs)]})
+            sampled = list(dict.fromkeys(space.canonical(p) for p in
+                                         space.sample(self.plan.samples, self.rng)))
             timed = self._measure(index, factors, space, sampled, "sample")
             progress(len(sampled))
             ranked = sorted((lat, i) for i, lat in enumerate(timed) if math.isfinite(lat))
@@ -283,7 +288,7 @@ class WorkloadCollector:
         for i in range(20 * self.plan.searched if elites else 0):
             if len(out) >= self.plan.searched:
                 break
-            point = space.mutate(elites[i % len(elites)], self.rng)
+            point = space.canonical(space.mutate(elites[i % len(elites)], self.rng))
             if point not in seen and space.is_valid(point):
                 seen.add(point)
                 out.append(point)
@@ -392,6 +397,7 @@ def collect(out: str | Path, workloads: Sequence[tuple[str, str]], plan: Plan,
         try:
             reference = ReferenceTimer(measurer, target, out / "journal" / "reference.jsonl",
                                        plan.reference_every, plan.rounds)
+            meta["reference_decisions"] = reference.decisions
             todo = [(i, n, s) for i, (n, s) in enumerate(workloads)
                     if not (out / PROGRAMS / f"{n}.parquet").is_file()]
             per = plan.layouts * (plan.samples + plan.searched)

@@ -45,6 +45,7 @@ class LayoutReplay:
         self.framework = bool(entry.get("framework"))
         self.subspaces = [rebuild_subspace(s) for s in entry["subspaces"]]
         self.sizes = [s.size for s in self.subspaces]
+        self.designs = [set(slots) for slots in entry.get("designs", [])]
         self.rows = rows
         self.points: dict[Point, int] = {data.decisions[i]: int(i) for i in rows}
         self.sampled = [int(i) for i in rows]
@@ -74,6 +75,16 @@ class LayoutReplay:
                 nxt = next(self.subspaces[k].neighbours(values[k], int(d)), None)
                 if nxt is not None:
                     values[k] = tuple(nxt)
+        return self.canonical(values)
+
+    def canonical(self, values: list[tuple[int, ...]]) -> Point:
+        """The point of per-subspace ``values`` with the subspaces its design does not read
+        at their canonical values (``LoopSpace.canonical``), as the dataset stores them."""
+        design = values[0][0]
+        if 0 <= design < len(self.designs):
+            read = self.designs[design] | {0}
+            values = [v if k in read else sub.canonical
+                      for k, (v, sub) in enumerate(zip(values, self.subspaces))]
         return tuple(v for value in values for v in value)
 
     def encode(self, point: Point) -> np.ndarray:

@@ -354,6 +354,15 @@ class LoopSpace:
                 found.append(loc)
         return tuple(found)
 
+    def canonical(self, point: LoopPoint) -> LoopPoint:
+        """``point`` with every subspace its design does not read set to that subspace's
+        canonical value: the same program, one vector. (Unread subspaces otherwise hold the
+        decisions MetaSchedule drew when this process generated the design spaces, which
+        differ between processes.)"""
+        mask = self.active(point)
+        return LoopPoint(tuple(value if read else sub.canonical for value, read, sub in
+                               zip(point.values, mask, self._core.subspaces, strict=True)))
+
     def active(self, point: LoopPoint) -> np.ndarray:
         """Mask of the subspaces that ``point``'s design space reads (always subspace 0)."""
         mask = np.zeros(self.num_subspaces, dtype=bool)

@@ -55,6 +55,12 @@ class Subspace(ABC):
     def encode(self, value: Value) -> list[float]:
         """``size`` floats in [0, 1]."""
 
+    @property
+    def canonical(self) -> Value:
+        """The value a point holds here when its design does not read this subspace (so
+        that one program has one vector, whatever process generated the design space)."""
+        return (0,)
+
 
 @dataclass(frozen=True)
 class DesignSubspace(Subspace):
@@ -103,6 +109,10 @@ class ComputeLocationSubspace(Subspace):
     def num_directions(self) -> int:
         return 3
 
+    @property
+    def canonical(self) -> Value:
+        return (-1,)
+
     def neighbours(self, value: Value, direction: int) -> Iterator[Value]:
         yield from _linear_walk(value[0], direction, -2, self.num_loops)
 
@@ -127,6 +137,10 @@ class TileSubspace(Subspace):
     @property
     def size(self) -> int:
         return self.levels
+
+    @property
+    def canonical(self) -> Value:
+        return (self.extent,) + (1,) * (self.levels - 1)
 
     @property
     def num_directions(self) -> int:

@@ -151,9 +151,10 @@ class TuningSession:
     def _point(self, candidate: Candidate) -> ProgramPoint:
         """What a candidate is, for a measurer that answers from a dataset."""
         space = self.task.space(candidate.factors)
+        point = space.canonical(candidate.point)
         return ProgramPoint(self.task.key, candidate.factors,
-                            tuple(int(v) for v in space.to_vector(candidate.point)),
-                            tuple(float(v) for v in space.encode(candidate.point)))
+                            tuple(int(v) for v in space.to_vector(point)),
+                            tuple(float(v) for v in space.encode(point)))
 
     def _key(self, candidate: Candidate, schedule: Schedule) -> str:
         space = self.task.space(candidate.factors)
