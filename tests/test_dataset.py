@@ -415,3 +415,18 @@ def test_unread_subspaces_take_canonical_values():
     assert layout.canonical([(0,), (3, 2, 2), (2,)]) == (0, 3, 2, 2, 2)
     # a move to design 1 leaves the categorical unread: canonical, whatever it held
     assert layout.step((0, 3, 2, 2, 2), [1, 0, 0]) == (1, 3, 2, 2, 0)
+
+
+def test_other_load_sees_work_outside_the_process_tree():
+    import subprocess
+    import time
+
+    from altenv.dataset.collect import OtherLoad
+
+    load = OtherLoad()
+    before = load.reading()
+    # a process that is not ours: started by a shell that exits at once (reparented)
+    subprocess.run(["sh", "-c", "python3 -c 'import time\nt = time.time()\n"
+                    "while time.time() - t < 1.5: pass' >/dev/null 2>&1 &"], check=True)
+    time.sleep(1.5)
+    assert load.since(before) >= 0.6

@@ -181,24 +181,34 @@ class OtherLoad:
         self._psutil = psutil
         self._me = psutil.Process()
 
-    def reading(self) -> tuple[float, float]:
-        """(wall seconds, CPU seconds spent outside this process tree) now."""
+    def reading(self) -> tuple[float, float, dict[int, tuple[float, float]]]:
+        """(wall seconds, the machine's busy CPU seconds, per process of this tree its own
+        and its ended children's CPU seconds) now."""
         t = self._psutil.cpu_times()
         busy = t.user + t.nice + t.system + getattr(t, "irq", 0.0) + \
             getattr(t, "softirq", 0.0) + getattr(t, "steal", 0.0)
-        own = 0.0
+        tree: dict[int, tuple[float, float]] = {}
         for proc in [self._me, *self._me.children(recursive=True)]:
             try:
                 c = proc.cpu_times()
             except self._psutil.Error:  # it ended between the listing and the reading
                 continue
-            own += c.user + c.system + c.children_user + c.children_system  # + ended ones
-        return time.monotonic(), busy - own
+            tree[proc.pid] = (c.user + c.system, c.children_user + c.children_system)
+        return time.monotonic(), busy, tree
 
-    def since(self, reading: tuple[float, float]) -> float:
-        """Cores others used on average since ``reading``."""
+    def since(self, before: tuple[float, float, dict[int, tuple[float, float]]]) -> float:
+        """Cores others used on average since the reading ``before``. A process of the tree
+        that ended in between counts with what it had used by ``before`` taken off its
+        parent's ended-children time, so its whole life is not counted as this window's."""
         now = self.reading()
-        return max(now[1] - reading[1], 0.0) / max(now[0] - reading[0], 1e-3)
+        own = reaped = 0.0
+        for pid, (cpu, ended) in now[2].items():
+            old_cpu, old_ended = before[2].get(pid, (0.0, ended))
+            own += cpu - old_cpu
+            reaped += ended - old_ended
+        gone = sum(cpu for pid, (cpu, _) in before[2].items() if pid not in now[2])
+        own += max(reaped - gone, 0.0)
+        return max(now[1] - before[1] - own, 0.0) / max(now[0] - before[0], 1e-3)
 
 
 def others_busy(window: float = 0.5) -> float:
