@@ -430,3 +430,25 @@ def test_other_load_sees_work_outside_the_process_tree():
                     "while time.time() - t < 1.5: pass' >/dev/null 2>&1 &"], check=True)
     time.sleep(1.5)
     assert load.since(before) >= 0.6
+
+
+def test_the_shipped_dataset_loads_lazily_and_replays():
+    """A slice of the shipped cpu-v0: its card, one workload's rows without the others',
+    its URIs, and the default replay env on it."""
+    from altenv.datapath import DEFAULT_DATASET, dataset_dir
+
+    data = Dataset.open(dataset_dir(DEFAULT_DATASET))
+    names = data.workloads()
+    assert names and data.card["counts"]["workloads"] == len(names)
+    assert (data.path / "surrogate.json").is_file()  # shipped with it: no fit at env start
+    first = data.load(names[0])
+    assert len(first) >= 200 and all(len(t) >= 5 for t in first.latencies if len(t))
+    assert first.layouts[first.framework_layout()]["framework"]
+    assert str(parse_workload(f"altenv://{data.name}/{names[0]}")) == first.spec
+    env = gym.make("altenv/CrossExploration-v0", reward_source="dataset",
+                   workload=f"altenv://{data.name}/{names[0]}", walk_length=4, batch=8)
+    obs, info = env.reset(seed=0)
+    assert info["workload"] == f"altenv://{data.name}/{names[0]}"
+    for _ in range(12):
+        obs, reward, terminated, truncated, info = env.step(env.action_space.sample())
+        assert env.observation_space.contains(obs) and 0.0 <= reward <= 4.0

@@ -98,19 +98,6 @@ class Progress:
     per_workload: dict[str, float] = field(default_factory=dict)
 
 
-def subspace_json(space: LoopSpace) -> list[dict[str, Any]]:
-    """The loop space's structure, enough to walk it without TVM: each subspace's class,
-    size, directions and fields."""
-    out = []
-    for sub in space.subspaces:
-        entry = {"type": type(sub).__name__, "size": sub.size,
-                 "directions": sub.num_directions}
-        entry.update({k: v for k, v in vars(sub).items()
-                      if isinstance(v, (int, str, float, bool, list, tuple))})
-        out.append(entry)
-    return out
-
-
 class ReferenceTimer:
     """Re-times :data:`REFERENCE_SPEC` every ``every`` seconds, journaling each timing."""
 
@@ -279,7 +266,7 @@ class WorkloadCollector:
                 continue
             index = len(self.layouts)
             self.layouts.append({"factors": dict(factors), "framework": factors == framework,
-                                 "subspaces": subspace_json(space),
+                                 "subspaces": space.describe(),
                                  "designs": [list(space.design_slots(d))
                                              for d in range(space.num_designs)]})
             sampled = list(dict.fromkeys(space.canonical(p) for p in

@@ -74,7 +74,8 @@ class ReplayMeasurer:
             row = layout.points[point.decisions]
             error = replay.data.table.column("error")[row].as_py()
             return latency, error or (None if math.isfinite(latency) else "failed"), True
-        return replay.predict(factors, point.encoding, point.decisions), None, False
+        return (replay.predict(factors, point.encoding, point.decisions,
+                               list(point.subspaces) or None), None, False)
 
     def measure(self, candidates: Sequence[MeasureCandidate]) -> list[MeasureResult]:
         return [rounds[0] for rounds in self.retime(candidates, rounds=1)]

@@ -27,7 +27,7 @@ Point = tuple[int, ...]
 
 
 def rebuild_subspace(entry: dict[str, Any]) -> subspaces.Subspace:
-    """A subspace from its JSON description (``altenv.dataset.collect.subspace_json``)."""
+    """A subspace from its JSON description (``LoopSpace.describe``)."""
     cls = getattr(subspaces, entry["type"])
     names = {f.name for f in dataclasses.fields(cls)}
     values = {k: tuple(v) if isinstance(v, list) else v for k, v in entry.items()
@@ -41,6 +41,7 @@ class LayoutReplay:
     def __init__(self, index: int, entry: dict[str, Any], rows: np.ndarray,
                  data: WorkloadData):
         self.index = index
+        self.description: list[dict[str, Any]] = list(entry["subspaces"])
         self.factors: dict[str, int] = {k: int(v) for k, v in entry["factors"].items()}
         self.framework = bool(entry.get("framework"))
         self.subspaces = [rebuild_subspace(s) for s in entry["subspaces"]]
@@ -144,7 +145,7 @@ class WorkloadReplay:
         predicted = self._predicted.get(key)
         if predicted is None:
             x = point_features(self.workload_features, self._layout_vectors[layout.index],
-                               layout.encode(point), point)
+                               layout.encode(point), point, layout.description)
             predicted = self._predicted[key] = self.best / 2.0 ** self.surrogate.predict_one(x)
         return predicted, False
 
@@ -154,10 +155,12 @@ class WorkloadReplay:
         return lay if exact else None
 
     def predict(self, factors: dict[str, int], encoding: Sequence[float],
-                decisions: Sequence[int]) -> float:
-        """The surrogate's latency (s) of a point of any layout, in the dataset or not."""
+                decisions: Sequence[int], subspaces: Sequence[dict[str, Any]] | None
+                ) -> float:
+        """The surrogate's latency (s) of a point of any layout, in the dataset or not
+        (``subspaces``: its loop space's ``describe()``)."""
         x = point_features(self.workload_features, layout_vector(factors, self.extents),
-                           np.asarray(encoding, dtype=np.float32), decisions)
+                           np.asarray(encoding, dtype=np.float32), decisions, subspaces)
         return self.best / 2.0 ** self.surrogate.predict_one(x)
 
     def features(self, layout: LayoutReplay, point: Point) -> np.ndarray:

@@ -51,17 +51,61 @@ def layout_vector(factors: dict[str, int], extents: dict[str, int]) -> np.ndarra
     return out
 
 
+def loop_summary(subspaces: Sequence[dict[str, Any]], decisions: Sequence[int]
+                 ) -> np.ndarray:
+    """What decides a loop point's speed, read from its decisions and its space's
+    description (``LoopSpace.describe``): ``log2`` of the spatial tiles at each of their
+    four levels summed over dims (the outermost is the parallel extent, the innermost the
+    register block), the vectorized tile (the innermost dim's innermost), the reduction
+    tiles at both levels, the register, L1- and L2-sized tile volumes, the unroll depth
+    and the mean compute location; /16. MetaSchedule tiles spatial dims in four levels and
+    reductions in two on CPUs (``SSRSRS``)."""
+    spatial: list[list[int]] = []
+    reduction: list[list[int]] = []
+    unroll, locations, at = 0.0, [], 0
+    for sub in subspaces:
+        value = [int(v) for v in decisions[at:at + int(sub["size"])]]
+        at += int(sub["size"])
+        if sub["type"] == "TileSubspace":
+            (spatial if int(sub["levels"]) >= 3 else reduction).append(
+                [max(v, 1) for v in value])
+        elif sub["type"] == "CategoricalSubspace" and value:
+            candidates = sub.get("candidates") or []
+            if 0 <= value[0] < len(candidates):
+                unroll = max(unroll, math.log2(1 + int(candidates[value[0]])))
+        elif sub["type"] == "ComputeLocationSubspace" and value:
+            locations.append(value[0])
+
+    def level(tiles: list[list[int]], i: int) -> float:
+        return sum(math.log2(t[i]) for t in tiles if len(t) > i)
+
+    s = [level(spatial, i) for i in range(4)]
+    r = [level(reduction, i) for i in range(2)]
+    vector = math.log2(spatial[-1][-1]) if spatial else 0.0
+    out = [*s, vector, *r, s[3] + r[1], s[2] + s[3] + r[1], s[1] + s[2] + s[3] + r[1],
+           unroll, float(np.mean(locations)) + 2 if locations else 0.0]
+    return np.asarray(out, dtype=np.float32) / 16
+
+
+SUMMARY = 12
+"""Length of :func:`loop_summary`."""
+
+
 def point_features(workload: np.ndarray, layout: np.ndarray, encoding: np.ndarray,
-                   decisions: Sequence[int]) -> np.ndarray:
+                   decisions: Sequence[int], subspaces: Sequence[dict[str, Any]] | None
+                   ) -> np.ndarray:
     """One row of the surrogate's input: the workload, the layout, the loop point's
-    encoding (tiles relative to their extent) and its decisions as sizes (``log2`` of each
-    tile, whose absolute size decides vector width and cache fit)."""
+    encoding (tiles relative to their extent), its decisions as sizes (``log2`` of each
+    tile, whose absolute size decides vector width and cache fit) and its
+    :func:`loop_summary` (zeros where the space's description is unknown)."""
     loop = np.zeros(2 * LOOP_WIDTH, dtype=np.float32)
     n = min(len(encoding), LOOP_WIDTH)
     loop[:n] = encoding[:n]
     sizes = np.log2(np.abs(np.asarray(decisions[:LOOP_WIDTH], dtype=np.float32)) + 1) / 12
     loop[LOOP_WIDTH:LOOP_WIDTH + len(sizes)] = sizes
-    return np.concatenate([workload, layout, loop]).astype(np.float32)
+    summary = (loop_summary(subspaces, decisions) if subspaces is not None
+               else np.zeros(SUMMARY, dtype=np.float32))
+    return np.concatenate([workload, layout, loop, summary]).astype(np.float32)
 
 
 def workload_rows(w: WorkloadData) -> tuple[np.ndarray, np.ndarray]:
@@ -69,8 +113,9 @@ def workload_rows(w: WorkloadData) -> tuple[np.ndarray, np.ndarray]:
     extents = {k["name"]: int(k["extent"]) for k in w.meta["knobs"]}
     feats = np.asarray(w.meta["workload_features"], dtype=np.float32)
     layouts = [layout_vector(lay["factors"], extents) for lay in w.layouts]
-    x = np.stack([point_features(feats, layouts[li], enc, dec) for li, enc, dec in
-                  zip(w.layout, w.encoding, w.decisions)]) if len(w) else np.zeros((0, 0))
+    x = np.stack([point_features(feats, layouts[li], enc, dec, w.layouts[li]["subspaces"])
+                  for li, enc, dec in zip(w.layout, w.encoding, w.decisions)]
+                 ) if len(w) else np.zeros((0, 0))
     with np.errstate(divide="ignore"):
         y = np.maximum(np.log2(w.best / w.latency), FLOOR)
     return x, np.where(np.isfinite(y), y, FLOOR).astype(np.float32)

@@ -30,6 +30,8 @@ class ProgramPoint:
     factors: tuple[tuple[str, int], ...]
     decisions: tuple[int, ...]
     encoding: tuple[float, ...]
+    subspaces: tuple[dict, ...] = ()
+    """The loop space's ``LoopSpace.describe()`` (what a surrogate reads the point with)."""
 
 
 @dataclass

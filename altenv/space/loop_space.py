@@ -354,6 +354,19 @@ class LoopSpace:
                 found.append(loc)
         return tuple(found)
 
+    def describe(self) -> list[dict[str, Any]]:
+        """The space's structure as JSON, enough to walk it and read a point without TVM:
+        each subspace's class, size, directions and fields."""
+        out = []
+        for sub in self._core.subspaces:
+            entry: dict[str, Any] = {"type": type(sub).__name__, "size": sub.size,
+                                     "directions": sub.num_directions}
+            entry.update({k: list(v) if isinstance(v, tuple) else v
+                          for k, v in vars(sub).items()
+                          if isinstance(v, (int, str, float, bool, list, tuple))})
+            out.append(entry)
+        return out
+
     def canonical(self, point: LoopPoint) -> LoopPoint:
         """``point`` with every subspace its design does not read set to that subspace's
         canonical value: the same program, one vector. (Unread subspaces otherwise hold the

@@ -154,7 +154,8 @@ class TuningSession:
         point = space.canonical(candidate.point)
         return ProgramPoint(self.task.key, candidate.factors,
                             tuple(int(v) for v in space.to_vector(point)),
-                            tuple(float(v) for v in space.encode(point)))
+                            tuple(float(v) for v in space.encode(point)),
+                            tuple(space.describe()))
 
     def _key(self, candidate: Candidate, schedule: Schedule) -> str:
         space = self.task.space(candidate.factors)
