@@ -40,7 +40,8 @@ class LayoutTuningReplayEnv(gym.Env):
     ## Rewards
 
     The best throughput of the layout's drawn programs relative to the workload's best
-    program in the dataset (``best / latency``, at most 1); 0 if they all failed.
+    program in the dataset (``best / latency``: about 1 for the best program, a little
+    more when one of its timings falls below its median); 0 if they all failed.
 
     ## Starting State, Episode End
 
