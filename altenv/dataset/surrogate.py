@@ -27,6 +27,7 @@ import numpy as np
 import xgboost as xgb
 
 from ..ops.templates import KNOB_ROLES
+from ..training.ranking import spearman
 from .store import Dataset, WorkloadData
 
 LOOP_WIDTH = 96
@@ -205,22 +206,6 @@ class Surrogate:
         return cls(booster)
 
 
-def spearman(a: Sequence[float], b: Sequence[float]) -> float:
-    """Spearman rank correlation (average ranks for ties)."""
-    def ranks(v: np.ndarray) -> np.ndarray:
-        order = np.argsort(v, kind="mergesort")
-        r = np.empty(len(v))
-        r[order] = np.arange(len(v))
-        for value in np.unique(v):  # ties share their mean rank
-            tie = v == value
-            r[tie] = r[tie].mean()
-        return r
-    ra, rb = ranks(np.asarray(a, float)), ranks(np.asarray(b, float))
-    if ra.std() == 0 or rb.std() == 0:
-        return 0.0
-    return float(np.corrcoef(ra, rb)[0, 1])
-
-
 def top_recall(truth: Sequence[float], predicted: Sequence[float], k: int = 8) -> float:
     """Of the ``k`` best programs by ``truth``, the fraction among the ``k`` best predicted."""
     k = min(k, len(truth))
@@ -267,7 +252,7 @@ def format_accuracy(scores: Sequence[Accuracy]) -> str:
               for s in scores]
     if scores:
         lines.append(f"{'median':10s} {int(np.median([s.programs for s in scores])):8d} "
-                     f"{np.median([s.spearman for s in scores]):8.3f} "
+                     f"{np.nanmedian([s.spearman for s in scores]):8.3f} "
                      f"{np.median([s.recall for s in scores]):12.3f}")
     return "\n".join(lines) + "\n"
 
@@ -282,7 +267,7 @@ def load_or_fit(data: Dataset, seed: int = 0) -> Surrogate:
 
 def card_entry(scores: Sequence[Accuracy], holdout: float, seed: int) -> dict[str, Any]:
     return {"holdout": holdout, "seed": seed, "workloads": len(scores),
-            "median_spearman": float(np.median([s.spearman for s in scores])),
+            "median_spearman": float(np.nanmedian([s.spearman for s in scores])),
             "median_top8_recall": float(np.median([s.recall for s in scores])),
             "per_workload": {s.workload: [round(s.spearman, 4), round(s.recall, 4)]
                              for s in scores}}
