@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from gymnasium import spaces
 from sb3_contrib import MaskablePPO
 from sb3_contrib.common.maskable.distributions import MaskableMultiCategoricalDistribution
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList
@@ -45,7 +46,7 @@ from altenv.tuning.task import Candidate, Factors
 from envs.cross import ACTION_NVEC, OBS_SIZE, PHASE, CrossExplorationEnv
 
 from .base import Agent, register
-from .checkpoint import has_policy, load_policy, save_policy
+from .checkpoint import check_policy, has_policy, load_policy, save_policy
 from .masked_heads import MaskedHeads
 
 FOREVER = 10**9
@@ -208,6 +209,8 @@ class PPOAgent(Agent):
         self.shipped = checkpoint == PRETRAINED
         self.model: MaskablePPO | None = None
         self._use_checkpoint(self._checkpoint_dir(checkpoint))
+        if self.checkpoint is not None and not self.shipped:  # checked before a run starts
+            check_policy(self.checkpoint, self._expected(), self._policy_shapes())
         self.updates: dict[str, int] = {"joint": 0, "loop": 0, "pretrain": 0}
         self.rng = np.random.default_rng(seed)
         self._warned: set[str] = set()
@@ -226,7 +229,7 @@ class PPOAgent(Agent):
         path = Path(checkpoint)
         if not path.is_dir():
             raise ValueError(f"ppo: checkpoint {checkpoint!r} is not a directory")
-        return path if has_policy(path) else None
+        return path
 
     # ----------------------------------------------------------------- model
     def _settings(self) -> dict[str, Any]:
@@ -236,6 +239,25 @@ class PPOAgent(Agent):
                 "policy_kwargs": self.policy_kwargs, "env": "altenv/CrossExploration-v0",
                 "observation": [OBS_SIZE], "action_nvec": ACTION_NVEC}
 
+    def _expected(self) -> dict[str, Any]:
+        settings = self._settings()
+        return {k: settings[k] for k in ("policy", "policy_kwargs", "observation",
+                                         "action_nvec")}
+
+    def _policy_class(self) -> Any:
+        return self.policy_name if ":" not in self.policy_name else _import(self.policy_name)
+
+    def _policy_shapes(self) -> dict[str, tuple[int, ...]]:
+        """The tensors of this agent's policy, by name and shape (built on the env's spaces,
+        which are the same for every workload)."""
+        policy = self._policy_class()
+        policy = MaskablePPO.policy_aliases.get(policy, policy) if isinstance(policy, str) \
+            else policy
+        net = policy(spaces.Box(0.0, 1.0, (OBS_SIZE,), dtype=np.float32),
+                     spaces.MultiDiscrete(ACTION_NVEC), lambda _: 0.0,
+                     **resolve_policy_kwargs(self.policy_kwargs))
+        return {k: tuple(v.shape) for k, v in net.state_dict().items()}
+
     def model_for(self, env: Any) -> MaskablePPO:
         """The policy on ``env`` (a Gymnasium env or an SB3 VecEnv): reused, made and
         loaded from the checkpoint, or new."""
@@ -244,8 +266,7 @@ class PPOAgent(Agent):
         if previous is not None and previous.n_envs == n_envs:
             previous.set_env(env)
             return previous
-        policy = self.policy_name if ":" not in self.policy_name else _import(self.policy_name)
-        self.model = MaskablePPO(policy, env, policy_kwargs=resolve_policy_kwargs(
+        self.model = MaskablePPO(self._policy_class(), env, policy_kwargs=resolve_policy_kwargs(
             self.policy_kwargs), seed=self.seed, tensorboard_log=self.tensorboard_log,
             verbose=0, device="cpu", **self.ppo_options)
         dist = self.model.policy.action_dist
@@ -258,10 +279,7 @@ class PPOAgent(Agent):
             self.model.policy.load_state_dict(previous.policy.state_dict())
             self.model.num_timesteps = previous.num_timesteps
         elif self.checkpoint is not None:
-            settings = self._settings()
-            loaded = load_policy(self.model.policy, self.checkpoint,
-                                 {k: settings[k] for k in ("policy", "policy_kwargs",
-                                                           "observation", "action_nvec")})
+            loaded = load_policy(self.model.policy, self.checkpoint, self._expected())
             self.updates["pretrain"] = int(loaded.get("updates", 0))
         return self.model
 

@@ -238,7 +238,6 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _bench_offline(args: argparse.Namespace) -> int:
-    import json
 
     from .bench.offline import format_summary, plot_summary, run_offline, summarize
     from .config import AgentConfig, ConfigError
@@ -261,8 +260,10 @@ def _bench_offline(args: argparse.Namespace) -> int:
                            args.filter, agents, progress=not args.quiet)
     except ValueError as err:
         raise ConfigError(f"bench offline: {' '.join(str(err).split())}") from None
+    from .files import write_json
+
     summary = summarize(rows)
-    (output / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    write_json(output / "summary.json", summary)
     plot_summary(summary, output / "regret.png", f"{data.name}: regret over "
                  f"{len({r['workload'] for r in rows})} workloads x {args.seeds} seeds")
     replayed = sum(r["replayed"] for r in rows)
@@ -278,7 +279,15 @@ def _bench_offline(args: argparse.Namespace) -> int:
 
 def _bench_peak(args: argparse.Namespace) -> int:
     from .bench.peak import timed_peak  # loads TVM: only when run
+    from .config import ConfigError
+    from .target import check_target
 
+    if args.target is not None:
+        try:
+            check_target(args.target)
+        except ValueError as err:
+            raise ConfigError(f"--target {args.target!r}: {' '.join(str(err).split())}"
+                              ) from None
     print(timed_peak(args.target, args.refresh), end="")
     return 0
 
@@ -348,6 +357,25 @@ REPAIR_HELP = ("move bad lines of the records to <records>.rejected.jsonl and re
                "(without it, a bad line stops the run naming file and line)")
 
 
+def _natural(text: str) -> int:
+    """An ``int`` command-line value that is a count or a seed: 0 to 2**31 - 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 0 <= value < 2**31:
+        raise argparse.ArgumentTypeError(f"{value} is out of range: allowed 0 to {2**31 - 1}")
+    return value
+
+
+def _positive(text: str) -> int:
+    """:func:`_natural`, at least 1."""
+    value = _natural(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("0 is out of range: allowed 1 or more")
+    return value
+
+
 class UsageError(UserError):
     """A command line argparse does not accept."""
 
@@ -375,11 +403,11 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--workload", help="operator spec, e.g. gmm:M=128,N=128,K=128")
     tune.add_argument("--name", help="run name (directory under output_dir)")
     tune.add_argument("--agent", help="agent name or module:Class")
-    tune.add_argument("--budget", type=int,
+    tune.add_argument("--budget", type=_positive,
                       help="measured trials (split 30:70 joint:loop; for a model, 10%% of "
                            "them first go to its other kernels); same as budget: N")
     tune.add_argument("--output-dir", help="where runs go (default runs/)")
-    tune.add_argument("--seed", type=int)
+    tune.add_argument("--seed", type=_natural)
     tune.add_argument("--quiet", action="store_true", help="no progress bar")
     tune.add_argument("--set", action="append", metavar="KEY=VALUE", help=SET_HELP)
     tune.add_argument("--repair", action="store_true", help=REPAIR_HELP)
@@ -401,7 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="pretrain an agent over a list of workloads")
     train.add_argument("config", help="YAML train config with 'workloads:' (see configs/)")
     train.add_argument("--output-dir", help="where runs go (default runs/)")
-    train.add_argument("--seed", type=int)
+    train.add_argument("--seed", type=_natural)
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.add_argument("--set", action="append", metavar="KEY=VALUE", help=SET_HELP)
     train.add_argument("--repair", action="store_true", help=REPAIR_HELP)
@@ -414,7 +442,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                  "(resumes; see configs/dataset_cpu.yaml)")
     dcollect.add_argument("config", help="YAML dataset config")
     dcollect.add_argument("--output", help="dataset directory (default: the config's output)")
-    dcollect.add_argument("--seed", type=int)
+    dcollect.add_argument("--seed", type=_natural)
     dcollect.add_argument("--quiet", action="store_true", help="no progress bar")
     dcollect.set_defaults(func=_dataset_collect)
     dsur = dkinds.add_parser("surrogate", help="fit a dataset's surrogate, print its held-out "
@@ -422,7 +450,7 @@ def build_parser() -> argparse.ArgumentParser:
     dsur.add_argument("dataset", help="a dataset directory or the name of a shipped one")
     dsur.add_argument("--holdout", type=float, default=0.2,
                       help="fraction of each workload's programs held out (default 0.2)")
-    dsur.add_argument("--seed", type=int, default=0)
+    dsur.add_argument("--seed", type=_natural, default=0)
     dsur.add_argument("--no-save", action="store_true", help="evaluate only")
     dsur.set_defaults(func=_dataset_surrogate)
     dinfo = dkinds.add_parser("info", help="a dataset's card and counts per workload")
@@ -451,12 +479,12 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             p.add_argument("--model", nargs="+", action="extend",
                            help="models instead of a suite (repeatable)")
-        p.add_argument("--budget", type=int, help="measured trials per tuner and entry")
+        p.add_argument("--budget", type=_positive, help="measured trials per tuner and entry")
         p.add_argument("--tuners", help="comma-separated: altenv, metaschedule, agent names")
         p.add_argument("--baselines", help="comma-separated: tvm-default, torch")
         p.add_argument("--versus", help="comma-separated tuners every tuner is compared with "
                                         "at the same seed (default: metaschedule)")
-        p.add_argument("--seeds", type=int, help="seeds per tuner")
+        p.add_argument("--seeds", type=_positive, help="seeds per tuner")
         p.add_argument("--altenv-agent", help="the agent behind the altenv tuner")
         p.add_argument("--agent", action="append", metavar="LABEL=AGENT{key: value, ...}",
                        help="define a tuner LABEL: an agent with options (repeatable), "
@@ -479,10 +507,10 @@ def build_parser() -> argparse.ArgumentParser:
     speed = kinds.add_parser("envs", help="env steps per second: one env against parallel "
                                           "copies (CrossExploration-v0, cost-model rewards)")
     speed.add_argument("--envs", default="1,2", help="comma-separated env counts (default 1,2)")
-    speed.add_argument("--steps", type=int, default=300, help="timed steps per env")
-    speed.add_argument("--workloads", type=int, default=64, help="drawn workloads")
-    speed.add_argument("--batch", type=int, default=16, help="loop points sampled per round")
-    speed.add_argument("--seed", type=int, default=0)
+    speed.add_argument("--steps", type=_positive, default=300, help="timed steps per env")
+    speed.add_argument("--workloads", type=_positive, default=64, help="drawn workloads")
+    speed.add_argument("--batch", type=_positive, default=16, help="loop points sampled per round")
+    speed.add_argument("--seed", type=_natural, default=0)
     speed.add_argument("--reward-source", choices=("cost_model", "dataset"),
                        default="cost_model", help="cost-model rewards (default) or a dataset "
                                                   "replayed")
@@ -499,7 +527,7 @@ def build_parser() -> argparse.ArgumentParser:
     offline.add_argument("--agent", action="append", metavar="LABEL=AGENT",
                          help="a labelled agent with options, e.g. "
                               "'evo8=evolution{initial_layouts: 8}' (repeatable)")
-    offline.add_argument("--seeds", type=int, default=20)
+    offline.add_argument("--seeds", type=_positive, default=20)
     offline.add_argument("--budgets", default="16,64,200,1000",
                          help="comma-separated trial budgets (each tuned as its own cell)")
     offline.add_argument("--filter", help="regex on workload names")
@@ -515,8 +543,8 @@ def build_parser() -> argparse.ArgumentParser:
                                            "and simulated fleets of devices")
     scale.add_argument("--workload", default="gmm:M=64,N=64,K=64",
                        help="operator of the Ray-vs-local comparison")
-    scale.add_argument("--overhead-trials", type=int, default=32)
-    scale.add_argument("--rounds", type=int, default=3, help="interleaved runs of each path")
+    scale.add_argument("--overhead-trials", type=_positive, default=32)
+    scale.add_argument("--rounds", type=_positive, default=3, help="interleaved runs of each path")
     scale.add_argument("--model", default="resnet18", help="network of the simulation")
     scale.add_argument("--devices", default="1,10,100,1000", help="simulated fleet sizes")
     scale.add_argument("--trials", default="40,120,300,300", help="trials per fleet size")

@@ -11,7 +11,6 @@ import string
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -26,6 +25,7 @@ import agents
 
 from .cluster.settings import RaySettings
 from .errors import UserError
+from .files import UnsafeFileError, read_text
 from .mapping.space import check_generator
 from .measure import MeasureConfig
 from .ops import KINDS, Epilogue, parse_workload
@@ -34,6 +34,10 @@ from .ops.expr import DEFAULT_FAST_MATH
 from .strict import Strict
 from .target import check_target
 from .tuning.budget import Budget
+from .yamlfile import MAX_BYTES, load_yaml
+
+Seed = Annotated[int, Field(ge=0, lt=2**31)]
+"""A seed of numpy, torch and XGBoost alike."""
 
 
 class ConfigError(UserError, ValueError):
@@ -200,7 +204,7 @@ class _Run(Strict):
     agent: AgentConfig = Field(default_factory=AgentConfig)
     measure: MeasureConfig = Field(default_factory=MeasureConfig)
     search: SearchConfig = Field(default_factory=SearchConfig)
-    seed: int = 0
+    seed: Seed = 0
     output_dir: str = "runs"
 
     @field_validator("agent", mode="before")
@@ -273,7 +277,7 @@ class DrawConfig(Strict):
     never one of a benchmark suite's."""
 
     count: int = Field(ge=1)
-    seed: int = 0
+    seed: Seed = 0
     kinds: list[str] | None = None
     max_gflop: float = Field(0.4, gt=0)
 
@@ -400,7 +404,7 @@ class DatasetConfig(Strict):
     target: TargetSpec = "cpu"
     measure: MeasureConfig = Field(default_factory=lambda: MeasureConfig(
         number=1, repeat=1, min_repeat_ms=10))
-    seed: int = 0
+    seed: Seed = 0
 
     @field_validator("workloads")
     @classmethod
@@ -416,7 +420,8 @@ class DatasetConfig(Strict):
 
 def _one_line(err: ValidationError, source: str) -> str:
     first = err.errors()[0]
-    loc = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    loc = ".".join(p if isinstance(p, str) and p.isprintable() and p and " " not in p
+                   else repr(p) for p in first["loc"]) or "(top level)"
     msg = " ".join(first["msg"].removeprefix("Value error, ").split())
     return f"config {source}: {loc}: {msg}"
 
@@ -440,11 +445,13 @@ def load_config(path: str | Path | None = None, schema: type[BaseModel] = RunCon
     source = str(path) if path is not None else "(command line)"
     if path is not None:
         try:
-            data = yaml.safe_load(Path(path).read_text()) or {}
+            data = load_yaml(read_text(path, MAX_BYTES, follow=True)) or {}
         except FileNotFoundError:
             raise ConfigError(f"config {source}: no such file") from None
-        except yaml.YAMLError as err:
-            raise ConfigError(f"config {source}: not valid YAML ({err})") from None
+        except UnsafeFileError as err:
+            raise ConfigError(f"config {err}") from None
+        except ValueError as err:
+            raise ConfigError(f"config {source}: {err}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"config {source}: the top level must be a mapping of keys")
     for key, value in overrides.items():

@@ -8,9 +8,11 @@ which MetaSchedule's features leave out.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import threading
+import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +25,10 @@ from tvm.s_tir import SBlockRealize, Schedule
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.cost_model.xgb_model import PackSum, XGBConfig
 
+from .files import MB, read_bytes, replacing
+
+MODEL_LIMIT = 512 * MB
+"""Largest saved cost model read (one with a 2,000-trial run's records is a few MB)."""
 FAILED_COST = 1e10
 """Latency (s) recorded for a failed measurement: its label is then about zero."""
 
@@ -327,7 +333,7 @@ class CostModel:
         }
         booster = (np.frombuffer(bytes(self.booster.save_raw("ubj")), dtype=np.uint8)
                    if self.booster is not None else np.zeros(0, dtype=np.uint8))
-        with open(path, "wb") as fh:
+        with replacing(path) as fh:  # never through a link in a run directory
             np.savez_compressed(
                 fh,
                 settings=np.array(json.dumps(settings)),
@@ -341,9 +347,22 @@ class CostModel:
 
     @classmethod
     def load(cls, path: str | Path) -> CostModel:
-        """Read a model written by :meth:`save`; raises ``ValueError`` for a model whose
-        features are not this version's (:data:`FEATURE_LENGTH`)."""
-        with np.load(path, allow_pickle=False) as data:
+        """Read a model written by :meth:`save` (as data: arrays and JSON, a link or a file
+        that is not such a model is refused); raises ``ValueError`` of one line naming the
+        file for a damaged model or one whose features are not this version's
+        (:data:`FEATURE_LENGTH`)."""
+        try:
+            return cls._load(path)
+        except (KeyError, TypeError, IndexError, EOFError, OSError, zipfile.BadZipFile,
+                xgb.core.XGBoostError, ValueError) as err:
+            if isinstance(err, ValueError) and str(err).startswith(f"{path}:"):
+                raise
+            raise ValueError(f"{path}: not a cost model altenv wrote ({type(err).__name__}: "
+                             f"{' '.join(str(err).split())[:120]})") from None
+
+    @classmethod
+    def _load(cls, path: str | Path) -> CostModel:
+        with np.load(io.BytesIO(read_bytes(path, MODEL_LIMIT)), allow_pickle=False) as data:
             settings = json.loads(str(data["settings"]))
             length = settings.get("feature_length", PER_STORE_FEATURES)
             if length != FEATURE_LENGTH:

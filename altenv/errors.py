@@ -10,3 +10,8 @@ from __future__ import annotations
 class UserError(Exception):
     """Input the user can fix; the message names the field (or file and line) and what is
     allowed, in one line."""
+
+
+class NothingMeasuredError(UserError):
+    """Every candidate of a tuning failed to build, run or check; the message says how many
+    and where their errors are."""

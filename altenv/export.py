@@ -31,6 +31,7 @@ from tvm.s_tir import Schedule
 from tvm.s_tir.meta_schedule.database import Database
 
 from altenv.config import ConfigError, RunConfig
+from altenv.files import read_json
 from altenv.graph.build import max_rel_err
 from altenv.graph.frontend import ImportedModel, load_saved_model
 from altenv.graph.network import NetworkBuild, ReadThrough, Scheduled, build_network
@@ -163,7 +164,7 @@ def _read_run(run: RunDir) -> tuple[RunConfig, dict[str, Any]]:
     naming the file)."""
     try:
         cfg = RunConfig.model_validate(run.saved_config())
-        best = json.loads(run.best.read_text())
+        best = read_json(run.best)
         (_BestNetwork if cfg.model is not None else _BestOperator).model_validate(best)
     except ValidationError as err:
         first = err.errors()[0]
@@ -172,8 +173,6 @@ def _read_run(run: RunDir) -> tuple[RunConfig, dict[str, Any]]:
         raise ConfigError(f"export: {path}: {where}: "
                           f"{' '.join(first['msg'].removeprefix('Value error, ').split())}"
                           ) from None
-    except ValueError as err:
-        raise ConfigError(f"export: {run.best}: not JSON ({err})") from None
     return cfg, best
 
 
@@ -187,6 +186,7 @@ def export_run_dir(run_dir: str | Path, output: str | Path, force: bool = False)
     outputs recorded with it; nothing the config names is imported. ``output`` must be
     empty or new unless ``force``."""
     run, output = RunDir(run_dir), Path(output)
+    run.check()  # read as data: no links out of it, only files and folders
     if not run.config.exists() or not run.best.exists():
         raise ConfigError(f"export: {run.path} is not a finished run (no config.yaml/best.json)")
     if output.exists() and not output.is_dir():

@@ -3,7 +3,9 @@
 A second process that asks for a held lock is refused at once with a :class:`LockedError`
 naming the holder's PID. The kernel releases a ``flock`` when its holder exits, however it
 exits (``kill -9`` included), so the lock of a dead process is simply taken over: the file
-left behind is only a label.
+left behind is only a label. The lock file is opened without following a link and must
+be a regular file, so a ``.lock`` that points elsewhere is refused before anything is
+written.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import os
 from pathlib import Path
 
 from .errors import UserError
+from .files import open_regular
 
 LOCK_FILE = ".lock"
 """The lock file of a run directory."""
@@ -32,7 +35,7 @@ class DirLock:
         self._fd: int | None = None
 
     def acquire(self) -> DirLock:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = open_regular(self.path, os.O_RDWR | os.O_CREAT)  # never through a link
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

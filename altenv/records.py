@@ -33,11 +33,15 @@ from typing import TYPE_CHECKING, Annotated, Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .errors import UserError
+from .files import MB, check_file, make_dir, open_append, read_bytes, replacing
 
 if TYPE_CHECKING:
     from tvm.ir import IRModule
     from tvm.s_tir.meta_schedule.database import JSONDatabase
     from tvm.tirx import PrimFunc
+
+RECORDS_LIMIT = 1024 * MB
+"""Largest records file read (a 2,000-trial network run writes about 20 MB)."""
 
 # MetaSchedule stores failed candidates with this sentinel run time.
 _MS_FAILED_SECONDS = 1e9
@@ -283,9 +287,9 @@ class RecordDB:
         self.path = Path(path)
         self.repair = repair
         self._writing = threading.Lock()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        make_dir(self.path.parent)
         self._load()
-        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
+        self._file = open_append(self.path)
 
     @property
     def rejected_path(self) -> Path:
@@ -298,9 +302,9 @@ class RecordDB:
         self._by_key: dict[str, Record] = {}
         self._finals: dict[str, Final] = {}
         self._next_line = 1
-        if not self.path.exists():
+        if not check_file(self.path):
             return
-        raw = self.path.read_bytes()
+        raw = read_bytes(self.path, RECORDS_LIMIT)
         lines = raw.split(b"\n")  # the last item is what follows the last newline
         bad = []
         for number, line in enumerate(lines, 1):
@@ -318,8 +322,9 @@ class RecordDB:
             self._set_aside(lines, bad)
             return
         if raw and not raw.endswith(b"\n"):  # a whole record whose newline was not out
-            with open(self.path, "ab") as f:
-                f.write(b"\n")
+            with open_append(self.path) as f:
+                f.write("\n")
+                f.flush()
                 os.fsync(f.fileno())
             raw += b"\n"
         self._next_line = raw.count(b"\n") + 1
@@ -330,6 +335,8 @@ class RecordDB:
             data = json.loads(line)
         except ValueError as err:
             return f"not JSON ({err})"
+        except RecursionError:
+            return "not JSON (nested too deep)"
         try:
             if isinstance(data, dict) and "final" in data:
                 _FinalLine.model_validate(data)
@@ -340,7 +347,15 @@ class RecordDB:
                 self._finals[final.workload] = final
             else:
                 _RecordLine.model_validate(data)
-                self._index(Record.from_json(data), number)
+                record = Record.from_json(data)
+                key = candidate_key(record.workload, record.target, record.layouts,
+                                    record.trace, record.decisions)
+                if key != record.key:
+                    return (f"key {record.key} is not the key of its content ({key}); the "
+                            "line was edited or written by something else")
+                if key in self._by_key:
+                    return f"the candidate of line {self.line_of(self._by_key[key])} again"
+                self._index(record, number)
         except ValidationError as err:
             return _problem(err)
         return None
@@ -348,22 +363,14 @@ class RecordDB:
     def _set_aside(self, lines: Sequence[bytes], bad: Sequence[_Bad]) -> None:
         """Move ``bad`` lines to :attr:`rejected_path` (durably, first), rewrite the file
         without them, index it again and warn."""
-        with open(self.rejected_path, "ab") as f:
+        with open_append(self.rejected_path, binary=True) as f:
             f.writelines(b.text + b"\n" for b in bad)
+            f.flush()
             os.fsync(f.fileno())
         dropped = {b.number for b in bad}
-        kept = [line + b"\n" for number, line in enumerate(lines, 1)
-                if line.strip() and number not in dropped]
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with open(tmp, "wb") as f:
-            f.writelines(kept)
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        folder = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(folder)
-        finally:
-            os.close(folder)
+        with replacing(self.path, durable=True) as f:
+            f.writelines(line + b"\n" for number, line in enumerate(lines, 1)
+                         if line.strip() and number not in dropped)
         what = "; ".join(f"line {b.number}: {b.reason}" for b in bad[:3])
         more = f"; and {len(bad) - 3} more" if len(bad) > 3 else ""
         warnings.warn(RecordsRepaired(f"{self.path}: moved {len(bad)} bad line(s) to "
@@ -384,10 +391,10 @@ class RecordDB:
         """Move records that turned out unusable (with a reason each, e.g. not a candidate
         of their workload) to :attr:`rejected_path`, as ``repair`` does with bad lines."""
         self._file.close()
-        lines = self.path.read_bytes().split(b"\n")
+        lines = read_bytes(self.path, RECORDS_LIMIT).split(b"\n")
         self._set_aside(lines, [_Bad(n, lines[n - 1], reason) for n, reason in
                                 sorted((self.line_of(r), reason) for r, reason in bad)])
-        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
+        self._file = open_append(self.path)
 
     def _index(self, record: Record, line: int) -> None:
         self._records.append(record)

@@ -24,6 +24,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from gymnasium import spaces
 from tvm.s_tir import Schedule
 
 from altenv import pretrained
@@ -62,6 +63,53 @@ def finite_action(action: Any) -> np.ndarray:
         raise ValueError(f"action {values.tolist()}: entries {bad.tolist()} are NaN or "
                          "infinite; allowed: finite values in the action space")
     return values
+
+
+def checked_action(space: spaces.Space, action: Any, names: Sequence[str] | None = None
+                   ) -> np.ndarray:
+    """``action`` checked against ``space``: an array of its shape (``int64`` for a
+    ``Discrete`` or ``MultiDiscrete`` space, ``float64`` for a ``Box``), or one one-line
+    ``ValueError`` naming the first head outside the space and its allowed range, as
+    ``action head 3 is 7: must be an integer in [0, 4] (loop direction 0)``: an env
+    never wraps or clips an action it was not offered. A discrete head takes an integral
+    value of any dtype; NaN and infinite entries are also listed (``entries [..] are NaN or
+    infinite``); a wrong shape names the expected one. ``names``: one per head (flat
+    order), shown after the range."""
+    try:
+        values = np.asarray(action, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"action is not an array of numbers ({err}); expected one of shape "
+                         f"{space.shape} (a {type(space).__name__} space)") from None
+    if values.shape != space.shape:
+        raise ValueError(f"action of shape {values.shape}: expected shape {space.shape} "
+                         f"(a {type(space).__name__} space)")
+    discrete = isinstance(space, spaces.Discrete | spaces.MultiDiscrete)
+    if discrete:
+        sizes = space.n if isinstance(space, spaces.Discrete) else space.nvec
+        low = np.broadcast_to(np.asarray(space.start, dtype=np.float64), space.shape)
+        high = low + np.asarray(sizes, dtype=np.float64) - 1
+        ok = (values >= low) & (values <= high) & (values == np.round(values))
+    elif isinstance(space, spaces.Box):
+        low, high = space.low.astype(np.float64), space.high.astype(np.float64)
+        ok = (values >= low) & (values <= high)  # False for NaN
+    else:
+        raise TypeError(f"unsupported action space {space}")
+    if not ok.all():
+        i = int(np.flatnonzero(~ok)[0])
+        lo, hi = low.flat[i], high.flat[i]
+        head = "action" if space.shape == () else f"action head {i}"
+        allowed = (f"an integer in [{int(lo)}, {int(hi)}]" if discrete
+                   else f"in [{float(lo)}, {float(hi)}]")
+        value = values.flat[i]
+        shown = int(value) if np.isfinite(value) and value == round(value) else value
+        message = f"{head} is {shown}: must be {allowed}"
+        if names is not None and i < len(names):
+            message += f" ({names[i]})"
+        nonfinite = np.flatnonzero(~np.isfinite(values))
+        if nonfinite.size:
+            message += f"; entries {nonfinite.tolist()} are NaN or infinite"
+        raise ValueError(message)
+    return values.astype(np.int64) if discrete else values
 
 
 def make_task(workload: str | OpTask | None, target: Any, epilogue: Sequence[str],

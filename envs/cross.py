@@ -26,8 +26,8 @@ from .common import (
     REWARD_SOURCES,
     Backend,
     TuningEnv,
+    checked_action,
     default_cost_model,
-    finite_action,
     make_task,
 )
 from .wrappers import MAX_DIRECTIONS, MAX_SUBSPACES, MAX_VECTOR, fit_directions
@@ -46,6 +46,9 @@ OBS_SIZE = 3 + WORKLOAD_FEATURES + 3 * len(SLOTS) + MAX_VECTOR + 2 * FEATURES + 
 """Length of the observation, the same for every workload."""
 ACTION_NVEC = [BINS] * len(SLOTS) + [MAX_DIRECTIONS] * MAX_SUBSPACES
 """The action's ``MultiDiscrete`` sizes, the same for every workload."""
+HEAD_NAMES = tuple([f"layout {s}" for s in SLOTS] + [f"loop direction {j}"
+                                                     for j in range(MAX_SUBSPACES)])
+"""The action heads' names, for the message of an action outside the space."""
 
 
 def bin_choices(extent: int) -> list[int | None]:
@@ -118,7 +121,9 @@ class CrossExplorationEnv(TuningEnv):
     loop subspace (``LoopSpace.action_nvec``; 0 stays). ``action_masks()`` (sb3-contrib's
     ``MaskablePPO``) allows, on a layout step, the bins of the operator's knobs that give
     distinct factors, and on a loop step the directions of its subspaces; every other
-    head is held at 0.
+    head is held at 0. An action outside the action space (a head out of its range, a
+    non-integer or NaN head, a wrong shape) raises ``ValueError`` naming the head and its
+    allowed range.
 
     ## Observation Space
 
@@ -284,7 +289,7 @@ class CrossExplorationEnv(TuningEnv):
         return self._observe(), info
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        action = finite_action(action).astype(np.int64)
+        action = checked_action(self.action_space, action, HEAD_NAMES)
         info: dict[str, Any] = {}
         if self.layout_phase:
             factors = factors_from_bins(self.task.template, action[:len(SLOTS)])

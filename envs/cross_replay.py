@@ -16,10 +16,11 @@ from altenv.dataset.replay import LayoutReplay, Point
 from altenv.dataset.surrogate import Surrogate
 from altenv.ops.features import WORKLOAD_FEATURES
 
-from .common import FEATURES
+from .common import FEATURES, checked_action
 from .cross import (
     ACTION_NVEC,
     BINS,
+    HEAD_NAMES,
     MAX_SCORE,
     OBS_SIZE,
     PHASE,
@@ -27,7 +28,7 @@ from .cross import (
     bin_choices,
     factors_from_bins,
 )
-from .replay_common import ReplaySource, checked_action
+from .replay_common import ReplaySource
 from .wrappers import MAX_DIRECTIONS, MAX_SUBSPACES, MAX_VECTOR
 
 
@@ -128,7 +129,7 @@ class CrossExplorationReplayEnv(gym.Env):
         return self._observe(), info
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        action = checked_action(self.action_space, action)
+        action = checked_action(self.action_space, action, HEAD_NAMES)
         info: dict[str, Any] = {}
         if self.layout_phase:
             factors = factors_from_bins(self.template, action[:len(SLOTS)])

@@ -46,7 +46,9 @@ class JointTuningEnv(LayoutTuningEnv):
     ``mapping="amos"`` (an int8 workload) the layout action is the choice of an intrinsic
     mapping instead: ``Box(0, 1, (1,))`` (mapping ``floor(a * n)``) or
     ``MultiDiscrete([n])``, ``n`` the mappings AMOS found (``altenv.mapping``); the loop
-    rounds then tile around the tensorized dot product.
+    rounds then tile around the tensorized dot product. An action outside the action space
+    raises ``ValueError`` naming the head and its allowed range, as in
+    ``altenv/LayoutTuning-v0``.
 
     ## Observation Space
 

@@ -21,7 +21,7 @@ from .common import (
     WORST_REWARD,
     Backend,
     TuningEnv,
-    finite_action,
+    checked_action,
     make_task,
 )
 
@@ -55,7 +55,10 @@ class LayoutTuningEnv(TuningEnv):
     Knobs are ``template.knobs`` in order (C2D: ``ht wt ot it it_w ot_w``, 6; GMM:
     ``mt nt kt``, 3; ``levels=2`` adds outer levels). ``n_div`` is the longest divisor list
     of any knob; a shorter list is clipped to its last divisor. A multi-level knob divides
-    what its outer levels left.
+    what its outer levels left. An action outside the action space (a value outside
+    ``[0, 1]`` or an index outside ``[0, n_div - 1]``, a non-integer index, NaN, a wrong
+    shape) raises ``ValueError`` naming the head (knob) and its allowed range, in ``step``
+    and ``factors_of``.
 
     ## Observation Space
 
@@ -144,6 +147,7 @@ class LayoutTuningEnv(TuningEnv):
         self.action_space = (spaces.Box(0.0, 1.0, (n,), dtype=np.float32)
                              if action_type == "continuous" else
                              spaces.MultiDiscrete(self.template.action_nvec()))
+        self._head_names = tuple(f"knob {k.name}" for k in self.template.knobs)
         size = len(self.template.observation(dict(task.default_factors())))
         self.observation_space = spaces.Box(0.0, 1.0, (size,), dtype=np.float32)
         self.factors: Factors = task.default_factors()
@@ -151,11 +155,12 @@ class LayoutTuningEnv(TuningEnv):
         self._last: dict[str, Any] = {}
 
     def factors_of(self, action: np.ndarray) -> Factors:
-        """Template factors of an action."""
-        action = finite_action(action)
+        """Template factors of an action (``ValueError`` if it is outside the action
+        space)."""
+        action = checked_action(self.action_space, action, self._head_names)
         if self.action_type == "continuous":
             return freeze(self.template.factors_from_actions(action))
-        return freeze(self.template.factors_from_indices(action.astype(np.int64)))
+        return freeze(self.template.factors_from_indices(action))
 
     def action_masks(self) -> np.ndarray:
         """Flat bool mask of the discrete layout action (sb3-contrib's ``MaskablePPO``)."""

@@ -14,7 +14,8 @@ from gymnasium import spaces
 from altenv.dataset.surrogate import Surrogate
 from altenv.tuning import freeze
 
-from .replay_common import ReplaySource, checked_action
+from .common import checked_action
+from .replay_common import ReplaySource
 
 ACTION_TYPES = ("continuous", "discrete")
 
@@ -86,6 +87,7 @@ class LayoutTuningReplayEnv(gym.Env):
         self.action_space = (spaces.Box(0.0, 1.0, (n,), dtype=np.float32)
                              if action_type == "continuous" else
                              spaces.MultiDiscrete(self.template.action_nvec()))
+        self._head_names = tuple(f"knob {k.name}" for k in self.template.knobs)
         size = len(self.template.observation(self.template.default_factors()))
         self.observation_space = spaces.Box(0.0, 1.0, (size,), dtype=np.float32)
         self.factors = self.template.default_factors()
@@ -110,7 +112,7 @@ class LayoutTuningReplayEnv(gym.Env):
         return self._observe(), dict(self._last)
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        values = checked_action(self.action_space, action)
+        values = checked_action(self.action_space, action, self._head_names)
         chosen = (self.template.factors_from_actions(values)
                   if self.action_type == "continuous"
                   else self.template.factors_from_indices(values))

@@ -22,7 +22,7 @@ from .common import (
     Backend,
     TuningEnv,
     as_factors,
-    finite_action,
+    checked_action,
     make_task,
 )
 
@@ -42,7 +42,9 @@ class LoopTuningEnv(TuningEnv):
 
     ``MultiDiscrete(space.action_nvec)``: one direction per subspace; 0 stays put
     (e.g. a 4-level tile subspace has 13 directions: stay, or move a prime factor between
-    two levels).
+    two levels). An action outside the action space (a direction out of its subspace's
+    range, a non-integer or NaN, a wrong shape) raises ``ValueError`` naming the head
+    (subspace) and its allowed range.
 
     ``action_masks()`` gives sb3-contrib's ``MaskablePPO`` a flat bool mask over those
     directions: a direction is masked when it leads nowhere or only to points that
@@ -138,6 +140,7 @@ class LoopTuningEnv(TuningEnv):
         self.hardware_constraints = hardware_constraints
         self.render_mode = render_mode
         self.action_space = spaces.MultiDiscrete(self.space.action_nvec)
+        self._head_names = tuple(f"subspace {sub.name}" for sub in self.space.subspaces)
         self.observation_space = spaces.Box(0.0, 1.0, (self.space.vector_size + 2 * FEATURES,),
                                             dtype=np.float32)
         self.point: LoopPoint | None = None
@@ -174,7 +177,8 @@ class LoopTuningEnv(TuningEnv):
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         if self.point is None:
             raise RuntimeError("call reset() before step()")
-        directions = [int(a) for a in finite_action(action)]
+        directions = [int(a) for a in checked_action(self.action_space, action,
+                                                     self._head_names)]
         self.point = (self.constraints.step(self.point, directions) if self.hardware_constraints
                       else self.space.step(self.point, directions))
         self._t += 1

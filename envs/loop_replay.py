@@ -14,8 +14,8 @@ from gymnasium import spaces
 from altenv.dataset.replay import Point
 from altenv.dataset.surrogate import Surrogate
 
-from .common import FEATURES
-from .replay_common import ReplaySource, checked_action
+from .common import FEATURES, checked_action
+from .replay_common import ReplaySource
 
 
 class LoopTuningReplayEnv(gym.Env):
@@ -97,6 +97,7 @@ class LoopTuningReplayEnv(gym.Env):
             raise ValueError(f"layout {self.layout.factors}: no program of it in the dataset")
         self.batch, self.episode_length, self.render_mode = batch, episode_length, render_mode
         self.action_space = spaces.MultiDiscrete(self.layout.nvec)
+        self._head_names = tuple(f"subspace {sub.name}" for sub in self.layout.subspaces)
         size = sum(self.layout.sizes) + 2 * FEATURES
         self.observation_space = spaces.Box(0.0, 1.0, (size,), dtype=np.float32)
         self.point: Point = self.workload.data.decisions[int(self.layout.rows[0])]
@@ -118,7 +119,7 @@ class LoopTuningReplayEnv(gym.Env):
         return self._observe(), dict(self._last)
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        directions = checked_action(self.action_space, action)
+        directions = checked_action(self.action_space, action, self._head_names)
         self.point = self.layout.step(self.point, directions)
         latency, replayed = self._latency(self.point)
         self._t += 1

@@ -1,5 +1,5 @@
-"""What the replay environments share: the dataset and surrogate behind them, and the
-check of an action against its space.
+"""What the replay environments share: the dataset and surrogate behind them (the check
+of an action against its space is :func:`envs.common.checked_action`, every env's).
 
 A replay env (``reward_source="dataset"``) answers from a measured-program dataset
 (:mod:`altenv.dataset`) instead of a device or a cost model; its workloads are named by
@@ -11,16 +11,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-from gymnasium import spaces
-
 from altenv.datapath import DEFAULT_DATASET, SCHEME, dataset_dir
 from altenv.dataset import Dataset
 from altenv.dataset.replay import WorkloadReplay
 from altenv.dataset.surrogate import Surrogate, load_or_fit
 from altenv.ops import LayoutTemplate
-
-from .common import finite_action
 
 
 class ReplaySource:
@@ -60,27 +55,3 @@ class ReplaySource:
     def uri(self, name: str) -> str:
         return f"{SCHEME}{self.dataset.name}/{name}"
 
-
-def checked_action(space: spaces.Space, action: Any) -> np.ndarray:
-    """``action`` as an array, or a ``ValueError`` naming the head outside ``space`` and
-    its allowed range (a replay never wraps or clips an action it was not offered)."""
-    values = finite_action(action)
-    if isinstance(space, spaces.MultiDiscrete):
-        flat, nvec = np.ravel(values), np.ravel(space.nvec)
-        if flat.shape != nvec.shape:
-            raise ValueError(f"action of shape {values.shape}, expected {space.shape}")
-        for i, (a, n) in enumerate(zip(flat, nvec)):
-            if not 0 <= a < n or a != round(a):
-                raise ValueError(f"action head {i} is {a}: must be an integer in "
-                                 f"[0, {int(n) - 1}]")
-        return values.astype(np.int64)
-    if isinstance(space, spaces.Box):
-        if values.shape != space.shape:
-            raise ValueError(f"action of shape {values.shape}, expected {space.shape}")
-        bad = np.flatnonzero((values < space.low) | (values > space.high))
-        if bad.size:
-            i = int(bad[0])
-            raise ValueError(f"action head {i} is {values.flat[i]}: must be in "
-                             f"[{space.low.flat[i]}, {space.high.flat[i]}]")
-        return values
-    raise TypeError(f"unsupported action space {space}")

@@ -21,7 +21,7 @@ from gymnasium import spaces
 from altenv.costmodel import extract_features, feature_summary
 from altenv.space import LoopPoint, LoopSpace
 
-from .common import FEATURES, finite_action
+from .common import FEATURES, checked_action, finite_action
 
 MAX_SUBSPACES = 48
 MAX_DIRECTIONS = 32
@@ -58,6 +58,9 @@ class PaddedLoop(gym.Wrapper):
     max_subspaces, max_directions, max_vector:
         The fixed shapes: action ``MultiDiscrete([max_directions] * max_subspaces)``,
         observation ``Box(0, 1, (max_vector + 328,))``.
+
+    An action outside that action space raises ``ValueError`` naming the head and its
+    allowed range; inside it, a head is folded onto its subspace's directions.
     """
 
     def __init__(self, env: gym.Env, max_subspaces: int = MAX_SUBSPACES,
@@ -70,6 +73,7 @@ class PaddedLoop(gym.Wrapper):
                              f"{int(space.action_nvec.max())} directions exceeds the padding "
                              f"({max_subspaces} x {max_directions})")
         self.action_space = spaces.MultiDiscrete(np.full(max_subspaces, max_directions))
+        self._head_names = tuple(f"loop direction {j}" for j in range(max_subspaces))
         self.observation_space = spaces.Box(0.0, 1.0, (max_vector + 2 * FEATURES,),
                                             dtype=np.float32)
 
@@ -86,6 +90,7 @@ class PaddedLoop(gym.Wrapper):
         return self._pad(obs), info
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        action = checked_action(self.action_space, action, self._head_names)
         obs, reward, terminated, truncated, info = self.env.step(
             fit_directions(self.loop_space, action))
         return self._pad(obs), reward, terminated, truncated, info

@@ -19,9 +19,11 @@ import yaml
 
 from altenv.cli import main
 from altenv.config import load_config
-from altenv.records import Record, candidate_key
+from altenv.records import Record, candidate_key, target_string
+from altenv.target import make_target
 
 GMM = "gmm:M=8,N=8,K=8"
+HOST = target_string(make_target("cpu"))
 GPU = tvm.cuda(0).exist
 
 
@@ -48,12 +50,14 @@ def module(tmp: Path, name: str, text: str) -> str:
 
 
 def record(**changes: object) -> str:
-    """One record line of :data:`GMM` with ``changes`` applied to its JSON."""
-    layouts, decisions = {"factors": {"mt": 8, "nt": 8, "kt": 8}}, [0]
-    line = Record(workload=GMM, target="llvm", layouts=layouts, trace=None,
-                  decisions=decisions, latencies=[1e-3], error=None,
-                  key=candidate_key(GMM, "llvm", layouts, None, decisions)).to_json()
+    """One record line of :data:`GMM` with ``changes`` applied to its JSON (and its key
+    computed from what it then holds, unless ``changes`` give one)."""
+    line = Record(workload=GMM, target=HOST, layouts={"factors": {"mt": 8, "nt": 8, "kt": 8}},
+                  trace=None, decisions=[0], latencies=[1e-3], error=None, key="").to_json()
     line.update(changes)
+    if "key" not in changes:
+        line["key"] = candidate_key(line["workload"], line["target"], line["layouts"],
+                                    line["schedule"]["trace"], line["schedule"]["decisions"])
     return json.dumps(line)
 
 
@@ -117,10 +121,14 @@ class NotAnAgent:
 Case = Callable[[Path], tuple[list[str], str]]
 CASES: dict[str, Case] = {
     # budgets that cannot measure anything
-    "budget -5": lambda t: (tune_flags(t, "--budget", "-5"), "budget: -5 trials measure nothing"),
-    "budget 0": lambda t: (tune_flags(t, "--budget", "0"), "budget: 0 trials measure nothing"),
+    "budget -5": lambda t: (tune_flags(t, "--budget", "-5"),
+                            "argument --budget: -5 is out of range: allowed 0 to"),
+    "budget 0": lambda t: (tune_flags(t, "--budget", "0"),
+                           "argument --budget: 0 is out of range: allowed 1 or more"),
+    "budget -5 in the config": lambda t: (tune(t, f"workload: '{GMM}'\nbudget: -5\n"),
+                                          "budget: -5 trials measure nothing"),
     "budget not a number": lambda t: (tune_flags(t, "--budget", "many"),
-                                      "argument --budget: invalid int value: 'many'"),
+                                      "argument --budget: 'many' is not an integer"),
     "budget stages 0": lambda t: (
         tune(t, f"workload: '{GMM}'\nbudget: {{joint: 0, loop_only: 0}}\n"),
         "budget: joint + loop_only is 0"),
@@ -186,7 +194,10 @@ CASES: dict[str, Case] = {
     "config missing": lambda t: (["tune", str(t / "none.yaml")], "no such file"),
     "config not YAML": lambda t: (tune(t, "budget: [\n"), "not valid YAML"),
     "workload spec": lambda t: (tune(t, "workload: 'gmm:M=8'\n"), "missing N, K"),
-    "seed not a number": lambda t: (tune_flags(t, "--seed", "abc"), "invalid int value: 'abc'"),
+    "seed not a number": lambda t: (tune_flags(t, "--seed", "abc"),
+                                    "argument --seed: 'abc' is not an integer"),
+    "seed negative": lambda t: (tune_flags(t, "--seed", "-1"),
+                                "argument --seed: -1 is out of range"),
     "unknown command": lambda t: (["frobnicate"], "invalid choice: 'frobnicate'"),
     "set without =": lambda t: (tune_flags(t, "--set", "measure"), "expected KEY=VALUE"),
     # records of an earlier run
@@ -261,7 +272,7 @@ CASES: dict[str, Case] = {
         bench(t, "--workload", GMM, "--tuners", "altenv", "--altenv-agent", "nomod:Agent"),
         "No module named 'nomod'"),
     "bench budget 0": lambda t: (bench(t, "--workload", GMM, "--budget", "0"),
-                                 "budget: Input should be greater than or equal to 1"),
+                                 "argument --budget: 0 is out of range: allowed 1 or more"),
     "bench net model missing": lambda t: (bench(t, "--model", f"{t}/none.onnx", kind="net"),
                                           "cannot import it (FileNotFoundError"),
     "bench target banana": lambda t: (bench(t, "--workload", GMM, "--set", "target=banana"),

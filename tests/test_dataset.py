@@ -156,7 +156,7 @@ def test_replay_env_passes_checkers_and_replays_timings(collected):
             obs, info = env.reset()
             w = env.workload.data
     assert seen["replayed"] + seen["predicted"] > 0
-    with pytest.raises(ValueError, match=r"action head 0 is 99\.0: must be an integer in \[0, 11"):
+    with pytest.raises(ValueError, match=r"action head 0 is 99: must be an integer in \[0, 11"):
         env.step(np.full(len(env.action_space.nvec), 99))
 
 

@@ -22,9 +22,11 @@ from altenv.records import (
     RecordsRepaired,
     candidate_key,
     plain_json,
+    target_string,
 )
+from altenv.target import make_target
 
-TARGET = '{"kind":"llvm","num-cores":2}'
+TARGET = target_string(make_target("cpu"))
 
 
 def make_record(workload: str, index: int, latencies: list[float], error: str | None = None,

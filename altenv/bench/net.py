@@ -11,7 +11,6 @@ the network next to the same network with its conversions emptied.
 
 from __future__ import annotations
 
-import json
 import shutil
 import statistics
 import time
@@ -28,6 +27,7 @@ from ..baselines import (
     untuned_relax_baseline,
 )
 from ..config import OTHERS_SHARE, BudgetConfig, RunConfig
+from ..files import read_json, read_mapping, write_json
 from ..graph import load_model
 from ..graph.kernels import profile_kernels
 from ..graph.network import build_network
@@ -66,8 +66,9 @@ def _tune_net_cell(suite: BenchSuite, entry: NetEntry, tuner: str, seed: int, pa
                    budget: int, measurers: SharedMeasurer, progress: bool, repair: bool
                    ) -> dict[str, Any]:
     done = path / "cell.json"
-    if done.exists() and json.loads(done.read_text()).get("budget") == budget:
-        return json.loads(done.read_text())
+    summary = read_mapping(done)
+    if summary is not None and summary.get("budget") == budget:
+        return summary
     start = time.perf_counter()
     if tuner == METASCHEDULE:
         if path.exists():
@@ -87,7 +88,7 @@ def _tune_net_cell(suite: BenchSuite, entry: NetEntry, tuner: str, seed: int, pa
                    "history": []}
     summary.update(workload=entry.name, model=entry.model, tuner=tuner, seed=seed,
                    budget=budget)
-    done.write_text(json.dumps(summary, indent=1))
+    write_json(done, summary)
     return summary
 
 
@@ -116,7 +117,7 @@ def _cell_program(suite: BenchSuite, entry: NetEntry, cell: dict[str, Any], outp
     run_dir = RunDir(path)
     cfg = RunConfig.model_validate(run_dir.saved_config())
     factors, schedules, read_through = best_schedules(
-        cfg.target, json.loads(run_dir.best.read_text()))
+        cfg.target, read_json(run_dir.best))
     network = build_network(extract_tasks(model), factors, schedules, suite.target,
                             read_through, run_dir.others_database(), cfg.fast_math)
     return network_baseline(label, network, inputs), network
@@ -156,7 +157,7 @@ def _retime(suite: BenchSuite, entry: NetEntry, cells: list[dict[str, Any]], out
                   "trials": c["trials"],
                   "tuning_seconds": c["tuning_seconds"], "history": c["history"],
                   "extra": extras.get(f"{c['tuner']}#{c['seed']}", {})} for c in cells}}
-    (output / entry.name / "timing.json").write_text(json.dumps(timing, indent=1))
+    write_json(output / entry.name / "timing.json", timing)
     return timing
 
 
@@ -186,7 +187,7 @@ def profile_net(suite: BenchSuite, entry: NetEntry, cells: list[dict[str, Any]],
     for run, _ in built:
         check_baseline(run, expected, rtol=1e-4)
     timing_file = output / entry.name / "timing.json"
-    timing = json.loads(timing_file.read_text()) if timing_file.exists() else {}
+    timing = read_mapping(timing_file) or {}
     return _profile(entry, built, timing, output, rounds)
 
 

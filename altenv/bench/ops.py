@@ -35,6 +35,7 @@ from ..baselines import (
 )
 from ..baselines.base import mean_run_seconds
 from ..costmodel import CostModel
+from ..files import as_written, read_mapping, write_json
 from ..lock import DirLock
 from ..measure import Measurer
 from ..measure.timing import summaries
@@ -73,11 +74,12 @@ def _tune_agent_cell(suite: BenchSuite, entry: OpEntry, tuner: str, seed: int, p
     trial repeated) and keeps the tuning seconds of earlier attempts in ``progress.json``."""
     path.mkdir(parents=True, exist_ok=True)
     progress_file = path / "progress.json"
-    before = json.loads(progress_file.read_text())["seconds"] if progress_file.exists() else 0.0
+    with as_written(progress_file):
+        before = float((read_mapping(progress_file) or {"seconds": 0.0})["seconds"])
     start = time.perf_counter()
 
     def save_progress(_: Any) -> None:
-        progress_file.write_text(json.dumps({"seconds": before + time.perf_counter() - start}))
+        write_json(progress_file, {"seconds": before + time.perf_counter() - start})
 
     task = OpTask(entry.spec, suite.target, entry.epilogue)
     with RecordDB(path / "records.jsonl", repair) as db:
@@ -88,8 +90,7 @@ def _tune_agent_cell(suite: BenchSuite, entry: OpEntry, tuner: str, seed: int, p
         save_progress(None)
         cand, latency = session.best
         if cand is None:
-            raise RuntimeError(f"{entry.name}/{tuner}: no candidate measured successfully "
-                               f"(errors in {path / 'records.jsonl'})")
+            raise session.nothing_measured(f"{entry.name}/{tuner}")
         return {"trials": session.trials, "tuning_seconds": before + time.perf_counter() - start,
                 "best_tuning_latency_s": latency, "history": session.history,
                 "factors": dict(cand.factors), "agent": agent.summary(),
@@ -156,10 +157,12 @@ def tune_cell(suite: BenchSuite, entry: OpEntry, tuner: str, seed: int, output: 
     path = cell_dir(output, entry, tuner, seed)
     with cell_lock(path):
         done = path / "cell.json"
-        if done.exists():
-            summary = json.loads(done.read_text())
-            if summary.get("budget") == budget and (
-                    tuner == METASCHEDULE or _best_decodes(suite, entry, summary, path)):
+        summary = read_mapping(done)
+        if summary is not None:
+            with as_written(done):
+                finished = summary.get("budget") == budget and (
+                    tuner == METASCHEDULE or _best_decodes(suite, entry, summary, path))
+            if finished:
                 return summary
         if tuner == METASCHEDULE:
             summary = _tune_metaschedule_cell(suite, entry, seed, path, budget,
@@ -174,7 +177,7 @@ def tune_cell(suite: BenchSuite, entry: OpEntry, tuner: str, seed: int, output: 
                                            measurers.get(), progress, repair)
         summary.update(workload=entry.name, spec=entry.spec, tuner=tuner, seed=seed,
                        budget=budget)
-        done.write_text(json.dumps(summary, indent=1))
+        write_json(done, summary)
         return summary
 
 
@@ -213,6 +216,6 @@ def retime_workload(suite: BenchSuite, entry: OpEntry, cells: list[dict[str, Any
               "cells": {f"{c['tuner']}#{c['seed']}": {k: c[k] for k in
                         ("tuner", "seed", "budget", "trials", "tuning_seconds", "history")}
                         for c in cells}}
-    (output / entry.name / "timing.json").write_text(json.dumps(timing, indent=1))
+    write_json(output / entry.name / "timing.json", timing)
     return timing
 

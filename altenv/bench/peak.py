@@ -19,7 +19,6 @@ roofline), the bound the ``% roof`` column of ``altenv bench ops`` tables divide
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import socket
 import time
@@ -31,6 +30,7 @@ import numpy as np
 import tvm
 from tvm.script import tirx as T
 
+from ..files import UnsafeFileError, make_dir, read_json, write_json
 from ..ops import parse_workload
 from ..ops.operators import operator_for
 from ..space.constraints import Hardware, cache_bytes
@@ -196,10 +196,10 @@ def cached_peak(target: str | tvm.target.Target | None = None) -> Peak | None:
     measured it (or the cache is unreadable)."""
     path = cache_path(target)
     try:
-        fields = json.loads(path.read_text())
+        fields = read_json(path)
         fields["cache_gbs"] = [tuple(level) for level in fields["cache_gbs"]]
         return Peak(**fields)
-    except (OSError, KeyError, TypeError, ValueError):
+    except (OSError, KeyError, TypeError, ValueError, UnsafeFileError):
         return None
 
 
@@ -211,10 +211,8 @@ def host_peak(target: str | tvm.target.Target | None = None, refresh: bool = Fal
         return peak
     peak = measure_peak(target)
     path = cache_path(target)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(asdict(peak), indent=1))
-    tmp.replace(path)
+    make_dir(path.parent)
+    write_json(path, asdict(peak))
     return peak
 
 

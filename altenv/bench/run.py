@@ -9,13 +9,13 @@ the machine's cores with the contenders.
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from ..config import ConfigError
+from ..files import as_written, make_dir, read_mapping, write_text
 from ..measure.signals import exit_on_sigint, sigint_blocked
 from ..pipeline.checks import check_device, load_user_model, make_agent
 from ..pipeline.devices import SharedMeasurer
@@ -31,11 +31,13 @@ def _check_same_timing(suite: BenchSuite, output: Path) -> None:
     """Refuse to add cells measured one way to an output directory measured another way
     (tuners compare at equal settings, and a resumed cell must go on as it began)."""
     path = output / "suite.json"
-    if not path.exists():
+    saved = read_mapping(path)
+    if saved is None:
         return
-    before = json.loads(path.read_text()).get("measure", {})
     now = suite.measure.model_dump()
-    changed = [f for f in TIMING_FIELDS if f in before and before[f] != now[f]]
+    with as_written(path):
+        before = dict(saved.get("measure", {}))
+        changed = [f for f in TIMING_FIELDS if f in before and before[f] != now[f]]
     if changed:
         was = ", ".join(f"measure.{f}={before[f]}" for f in changed)
         asked = ", ".join(f"{now[f]}" for f in changed)
@@ -80,15 +82,17 @@ def run_bench(suite: BenchSuite, output: str | Path, pattern: str | None = None,
     entries = suite.select(pattern)
     check_suite(suite, entries)
     _check_same_timing(suite, output)
-    output.mkdir(parents=True, exist_ok=True)
-    (output / "suite.json").write_text(suite.model_dump_json(indent=1))
+    make_dir(output)
+    write_text(output / "suite.json", suite.model_dump_json(indent=1))
     timings = []
     with SharedMeasurer(suite.ray, suite.measure, suite.target) as measurers:
         for entry in entries:
             timing_file = output / entry.name / "timing.json"
-            if timing_file.exists() and not retime:
-                timing = json.loads(timing_file.read_text())
-                if _finished(suite, timing):
+            timing = None if retime else read_mapping(timing_file)
+            if timing is not None:
+                with as_written(timing_file):
+                    finished = _finished(suite, timing)
+                if finished:
                     timings.append(timing)
                     if profile:
                         _profile(suite, entry, timing, output)

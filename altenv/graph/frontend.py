@@ -26,6 +26,7 @@ import tvm
 from tvm import relax
 from tvm.relax.frontend.torch import from_exported_program
 
+from altenv.files import make_dir, replacing, write_json, write_text
 from altenv.graph import zoo
 
 
@@ -124,6 +125,10 @@ def load_model(source: str | Path, *, input_shapes: list[tuple[int, ...]] | None
                 "shapes": [list(x.shape) for x in example]}
         return _from_torch(text, module, example, _hash(desc, weights), zoo.ZOO[text].int_high
                            if "vocab" not in zoo_options else int(zoo_options["vocab"]))
+    if zoo_options:
+        raise ValueError(f"model options {', '.join(sorted(zoo_options))}: only zoo models take "
+                         "them (a file.py:factory takes input_shapes, batch and weights; an "
+                         ".onnx file input_shapes)")
     if text.endswith(".onnx"):
         if weights is not None or batch is not None:
             raise ValueError("ONNX import: weights come from the file and input_shapes set "
@@ -250,20 +255,21 @@ def save_model(model: ImportedModel, directory: str | Path) -> Path:
     """Keep ``model`` as data in ``directory``: the IRModule (``tvm.ir.save_json``), the
     weights, the inputs and, where there is a torch module, its outputs on
     ``random_inputs(0)`` (:attr:`ImportedModel.recorded`). Returns the directory."""
-    out = Path(directory)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / SAVED_MODULE).write_text(tvm.ir.save_json(model.mod))
-    np.savez(out / SAVED_PARAMS, *model.params.values())
+    out = make_dir(directory)
+    write_text(out / SAVED_MODULE, tvm.ir.save_json(model.mod))
+    with replacing(out / SAVED_PARAMS) as fh:
+        np.savez(fh, *model.params.values())
     info = {"name": model.name, "source_hash": model.source_hash, "int_high": model.int_high,
             "params": list(model.params),
             "inputs": [{"name": i.name, "shape": list(i.shape), "dtype": i.dtype}
                        for i in model.inputs]}
-    (out / SAVED_INFO).write_text(json.dumps(info, indent=1))
+    write_json(out / SAVED_INFO, info)
     if model.torch_module is not None:
         inputs = model.random_inputs(0)
         outputs = model.reference(inputs)
-        np.savez(out / SAVED_REFERENCE, **{f"in{k}": x for k, x in enumerate(inputs)},
-                 **{f"out{k}": y for k, y in enumerate(outputs)})
+        with replacing(out / SAVED_REFERENCE) as fh:
+            np.savez(fh, **{f"in{k}": x for k, x in enumerate(inputs)},
+                     **{f"out{k}": y for k, y in enumerate(outputs)})
     return out
 
 

@@ -15,6 +15,7 @@ on the zeros of a dilated input.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -362,6 +363,38 @@ _FAMILIES: dict[str, type[Operator]] = {
 }
 
 
+INT32_MAX = 2**31 - 1
+"""Most elements of one tensor: TVM indexes buffers with int32 by default."""
+
+
+def host_memory() -> int:
+    """Bytes of physical memory of this machine."""
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def check_size(op: Operator) -> None:
+    """A ``ValueError`` of one line if a tensor of ``op`` is past int32 indexing, or if
+    checking it against torch would not fit in half this machine's memory (its inputs
+    and output kept as drawn, in float64 for the reference and in the layouts tuned)."""
+    shapes = {**op.raw_shapes(), **op.input_shapes(), "out": op.out_shape()}
+    for name, shape in shapes.items():
+        if math.prod(shape) > INT32_MAX:
+            raise ValueError(f"workload {op.workload}: tensor {name} "
+                             f"{'x'.join(map(str, shape))} has "
+                             f"{math.prod(shape):,} elements, past int32 indexing "
+                             f"({INT32_MAX:,}); use smaller sizes")
+    elements = sum(math.prod(shape) for shape in shapes.values())
+    need, have = 3 * 8 * elements, host_memory()
+    if need > have / 2:
+        raise ValueError(f"workload {op.workload}: its tensors hold {elements:,} elements: "
+                         f"checking them needs about "
+                         f"{need / 2**30:.0f} GiB, more than half of this machine's "
+                         f"{have / 2**30:.0f} GiB; use smaller sizes")
+
+
 def operator_for(workload: Workload) -> Operator:
-    """The :class:`Operator` of a parsed workload (validates the shape)."""
-    return _FAMILIES[workload.kind](workload)
+    """The :class:`Operator` of a parsed workload (validates the shape and its size,
+    :func:`check_size`)."""
+    op = _FAMILIES[workload.kind](workload)
+    check_size(op)
+    return op

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import agents
+from agents.checkpoint import has_policy
 
 from ..config import AgentConfig, ConfigError, RunConfig, TrainConfig
 from ..graph import ImportedModel, load_model
@@ -45,15 +46,18 @@ def check_run(cfg: RunConfig | TrainConfig, **defaults: Any) -> agents.Agent:
     """The target's device is present (:func:`check_device`), the Ray cluster of a run with
     ``ray:`` is joined (:func:`~altenv.cluster.session.connect`), and the agent is built
     (:func:`make_agent`; ``seed``, the run's own checkpoint when resuming and ``defaults``
-    fill options it takes). Returns the agent; a :class:`ConfigError` of one line
+    fill options it takes). A run directory that is there already must hold only files and
+    folders (:meth:`RunDir.check`). Returns the agent; a :class:`ConfigError` of one line
     otherwise."""
     check_device(cfg.target)
     if getattr(cfg, "ray", None) is not None:
         from ..cluster.session import connect  # Ray only for a run that names it
 
         connect(cfg.ray)
-    own = RunDir(cfg.run_dir).checkpoint
-    if own.exists():
+    run_dir = RunDir(cfg.run_dir)
+    run_dir.check()  # before its checkpoint is read
+    own = run_dir.checkpoint
+    if has_policy(own):
         defaults.setdefault("checkpoint", str(own))
     agent = make_agent(cfg.agent, {"seed": cfg.seed, **defaults})
     if isinstance(cfg, TrainConfig) and not hasattr(agent, "save"):

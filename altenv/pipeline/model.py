@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
-import json
 import math
 import queue
 import threading
@@ -40,8 +39,9 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from ..baselines import compare, network_baseline, torch_module_baseline, untuned_relax_baseline
-from ..config import RunConfig
+from ..config import ConfigError, RunConfig
 from ..costmodel import CostModel
+from ..files import check_file, read_json, write_json
 from ..graph import ImportedModel, TaskGraph, extract_tasks
 from ..graph.build import max_rel_err
 from ..graph.frontend import save_model
@@ -347,13 +347,17 @@ def choose_in_network(run: ModelRun) -> None:
     cfg, path = run.cfg, run.run_dir.in_network
     options = {t: contenders(run.sessions[t], cfg.search.in_network, cfg.search.in_network_slack)
                for t in run.lowering_of if t in run.sessions}  # in graph order: producers first
-    known = {t: Choice.from_json(c) for t, c in json.loads(path.read_text()).items()} \
-        if path.exists() else {}
+    try:
+        known = {t: Choice.from_json(c) for t, c in read_json(path).items()} \
+            if check_file(path) else {}
+    except (AttributeError, KeyError, TypeError, ValueError) as err:
+        raise ConfigError(f"{path}: not the layout choices altenv writes ({type(err).__name__}: "
+                          f"{err}); delete it to choose again") from None
     recorded = {t: c.to_json() for t, c in known.items()}
 
     def save(task: str, choice: Choice) -> None:
         recorded[task] = choice.to_json()
-        path.write_text(json.dumps(recorded, indent=1))
+        write_json(path, recorded)
         first, kept = choice.seconds[0], choice.seconds[choice.chosen]
         print(f"task {task}: {first * 1e6:.0f} us per network run on the layout fastest "
               f"alone, {kept * 1e6:.0f} us on the one kept (contender {choice.chosen} of "
@@ -392,11 +396,10 @@ def build(run: ModelRun) -> None:
     cfg = run.cfg
     run.network = build_plan(run.plan, run.schedules, cfg.target, run.read_through,
                              run.run_dir.others_database(), run.timer)
-    run.run_dir.best.write_text(json.dumps(
-        {"model": cfg.model,
-         "tasks": {t: run.best[t] for t in run.lowering_of if t in run.best},
-         "read_through": {str(i): how for i, how in run.network.reads_through.items()}},
-        indent=1))
+    write_json(run.run_dir.best, {
+        "model": cfg.model,
+        "tasks": {t: run.best[t] for t in run.lowering_of if t in run.best},
+        "read_through": {str(i): how for i, how in run.network.reads_through.items()}})
 
 
 def verify(run: ModelRun, session: Any = None) -> RunResult:
@@ -427,7 +430,7 @@ def verify(run: ModelRun, session: Any = None) -> RunResult:
                "fallback_calls": len(run.plan.fallbacks), "task_scheduler": run.handed,
                "timed_on": "host" if session is None else "rpc device",
                "timings": timings, "speedup": speedups(timings)}
-    run.run_dir.summary.write_text(json.dumps(summary, indent=1))
+    write_json(run.run_dir.summary, summary)
     return RunResult(cfg.run_dir, timings["altenv"]["median_s"], run.trials, run.previous,
                      elapsed, err, timings)
 

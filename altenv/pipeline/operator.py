@@ -8,7 +8,6 @@ propagation in a network (ALT Fig. 5b).
 
 from __future__ import annotations
 
-import json
 import time
 
 import numpy as np
@@ -22,6 +21,7 @@ from ..baselines import (
 )
 from ..config import RunConfig
 from ..costmodel import CostModel
+from ..files import write_json
 from ..measure.timing import summaries
 from ..ops import OpProgram, generate, run_numpy
 from ..records import plain_json
@@ -54,8 +54,7 @@ def tune_workload(cfg: RunConfig, progress: bool = True, repair: bool = False) -
         session.cost_model.save(run_dir.cost_model)
         cand, latency = session.best
         if cand is None:
-            raise RuntimeError(f"run {cfg.name}: no candidate was measured successfully; "
-                               f"see the errors in {run_dir.records}")
+            raise session.nothing_measured(f"run {cfg.name}")
         schedule = session.schedule(cand)
         program = task.program(cand.factors)
         raw = program.random_inputs(cfg.seed + 1)
@@ -74,7 +73,7 @@ def tune_workload(cfg: RunConfig, progress: bool = True, repair: bool = False) -
             "trace": plain_json(schedule.trace.as_json()),
             "max_rel_err_vs_torch": err,
         }
-        run_dir.best.write_text(json.dumps(best, indent=1))
+        write_json(run_dir.best, best)
         timings = compare_with_baselines(task, program, schedule.mod, cfg.seed)
         result = RunResult(cfg.run_dir, latency, session.trials, previous,
                            time.perf_counter() - start, err, timings)
@@ -86,7 +85,7 @@ def tune_workload(cfg: RunConfig, progress: bool = True, repair: bool = False) -
                    "seconds_per_trial": {k: v / max(session.trials - previous, 1)
                                          for k, v in session.seconds.items()},
                    "timings": timings, "speedup": speedups(timings)}
-        run_dir.summary.write_text(json.dumps(summary, indent=1))
+        write_json(run_dir.summary, summary)
     return result
 
 

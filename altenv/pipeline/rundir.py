@@ -18,7 +18,9 @@ Layout of a run directory::
 ``train-state.json`` (:mod:`altenv.pipeline.train`). A run directory found on disk is only
 resumed by a run of the same workload or model (:data:`IDENTITY`), and a second process is
 refused while one holds it. Export reads a run directory as data only: it never imports the
-model or agent a config names.
+model or agent a config names. A run directory may come from someone else: one holding a
+link, or something other than files and folders, is refused before anything in it is read
+or written, and every file is written without following links (:mod:`altenv.files`).
 """
 
 from __future__ import annotations
@@ -32,14 +34,21 @@ import yaml
 from tvm.s_tir.meta_schedule.database import JSONDatabase
 
 from ..config import ConfigError, RunConfig, TrainConfig
+from ..files import check_dir, check_file, check_tree, make_dir, read_text, write_text
 from ..lock import DirLock
 from ..records import RecordDB
 from ..tuning.others import open_database
+from ..yamlfile import MAX_BYTES, load_yaml
 
 IDENTITY = {"workload": None, "workloads": None, "model": None, "epilogue": None,
             "target": None, "mapping": "none"}
 """Config keys a resumed run must share with the run on disk, with the value a config
 written before the key existed means."""
+
+
+FILES = ("config", "records", "cost_model", "best", "summary", "in_network", "lock", "corpus",
+         "ranking", "train_state")
+FOLDERS = ("tensorboard", "checkpoint", "others", "model")
 
 
 class RunDir:
@@ -67,13 +76,24 @@ class RunDir:
     ranking = property(lambda self: self.path / "costmodel-ranking.json")
     train_state = property(lambda self: self.path / "train-state.json")
 
+    def check(self) -> None:
+        """A one-line error if the directory, or anything in it, is a link or neither a
+        regular file nor a folder, or if a folder stands where altenv writes a file or a
+        file where it keeps a folder (nothing when the directory is not there yet)."""
+        if not (self.path.exists() or self.path.is_symlink()):
+            return
+        check_tree(self.path)
+        for name in FILES:
+            check_file(getattr(self, name))
+        for name in FOLDERS:
+            check_dir(getattr(self, name))
+
     def saved_config(self) -> dict[str, Any]:
         """``config.yaml`` as a mapping (a one-line error if it is not one)."""
         try:
-            data = yaml.safe_load(self.config.read_text())
-        except yaml.YAMLError as err:
-            raise ConfigError(f"{self.config}: not valid YAML "
-                              f"({' '.join(str(err).split())})") from None
+            data = load_yaml(read_text(self.config, MAX_BYTES))
+        except ValueError as err:
+            raise ConfigError(f"{self.config}: {err}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"{self.config}: not a run config (the top level is not a "
                               "mapping)")
@@ -86,8 +106,10 @@ class RunDir:
         ``repair`` moves bad lines aside, :class:`~altenv.records.RecordDB`). Refuses to
         mix a different run into it (:data:`IDENTITY`)."""
         mine = cfg.model_dump(mode="json")
-        self.path.mkdir(parents=True, exist_ok=True)
+        self.check()
+        make_dir(self.path)
         with DirLock(self.lock, f"run directory {self.path}"):
+            self.check()  # as the lock holder: nothing changes it from here on
             if self.config.exists():  # before its records are read (or repaired)
                 old = self.saved_config()
                 for key, default in IDENTITY.items():
@@ -97,7 +119,7 @@ class RunDir:
                                           f"{mine.get(key, default)!r}; pick another name or "
                                           "output_dir")
             with RecordDB(self.records, repair) as db:
-                self.config.write_text(yaml.safe_dump(mine, sort_keys=False))
+                write_text(self.config, yaml.safe_dump(mine, sort_keys=False))
                 print(f"{'resuming' if len(db) else 'new'} run {self.path}"
                       + (f" ({len(db)} records)" if len(db) else ""))
                 yield db

@@ -41,6 +41,7 @@ from ..config import ConfigError, TrainConfig
 from ..costmodel import CostModel
 from ..datapath import dataset_dir
 from ..dataset import Dataset
+from ..files import check_file, read_json, write_json, write_text
 from ..graph.network import plan_network
 from ..graph.tasks import extract_tasks
 from ..measure import create
@@ -69,16 +70,17 @@ class _State:
 
     def __init__(self, path: Path):
         self.path = path
-        self.data: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+        self.data: dict[str, Any] = read_json(path) if check_file(path) else {}
+        if not isinstance(self.data, dict):
+            raise ConfigError(f"{path}: not the training state altenv writes (the top level "
+                              "is not a mapping); delete it to train from the start")
 
     def __getitem__(self, key: str) -> Any:
         return self.data.get(key)
 
     def __setitem__(self, key: str, value: Any) -> None:
         self.data[key] = value
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.data, indent=1))
-        tmp.replace(self.path)
+        write_json(self.path, self.data)
 
 
 def _corpus(cfg: TrainConfig, state: _State, specs: list[str], progress: bool) -> CostModel:
@@ -104,7 +106,7 @@ def _corpus(cfg: TrainConfig, state: _State, specs: list[str], progress: bool) -
                                                 if i not in held], cfg.seed),
                                 [e for i, e in enumerate(examples) if i in held], seed=cfg.seed)
         print(report.table())
-        run_dir.ranking.write_text(json.dumps(report.to_json(), indent=1) + "\n")
+        write_json(run_dir.ranking, report.to_json())
     model = fit_cost_model(examples, cfg.seed)
     model.save(model_path, records=False)
     state["costmodel"] = {"workloads": len(examples),
@@ -244,8 +246,8 @@ def write_card(cfg: TrainConfig, state: _State, checkpoint: Path, command: str
         "measured_workloads": state["workloads"], "measured_seconds": state["workloads_seconds"],
         "files": files, "sha256": pretrained.files_hash(checkpoint, files),
     }
-    (checkpoint / pretrained.CARD).write_text(json.dumps(card, indent=1) + "\n")
-    (checkpoint / "CARD.md").write_text(card_markdown(card))
+    write_json(checkpoint / pretrained.CARD, card)
+    write_text(checkpoint / "CARD.md", card_markdown(card))
     return card
 
 

@@ -22,6 +22,7 @@ from typing import Any
 import tvm
 
 from ..costmodel import CostModel
+from ..files import MB, check_file, read_json
 from ..target import make_target, vector_bits
 
 PPO_CHECKPOINTS = Path(__file__).resolve().parent / "ppo"
@@ -38,7 +39,12 @@ def card(checkpoint: str | Path | None = None) -> dict[str, Any] | None:
     is none."""
     checkpoint = ppo_checkpoint() if checkpoint is None else checkpoint
     path = Path(checkpoint) / CARD if checkpoint is not None else None
-    return json.loads(path.read_text()) if path is not None and path.exists() else None
+    if path is None or not check_file(path):
+        return None
+    data = read_json(path, MB)
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: not a checkpoint card (the top level is not a mapping)")
+    return data
 
 
 def shipped(root: Path = PPO_CHECKPOINTS) -> list[Path]:

@@ -19,8 +19,9 @@ import numpy as np
 from tvm.s_tir import Schedule
 
 from ..costmodel import CostModel, extract_features
+from ..errors import NothingMeasuredError
 from ..measure import MeasureCandidate, Measurer, ProgramPoint
-from ..records import Final, Record, RecordDB, candidate_key
+from ..records import Final, Record, RecordDB, candidate_key, target_string
 from ..space.loop_space import StaleRecordError
 from .task import Candidate, Factors, OpTask, freeze
 
@@ -76,6 +77,16 @@ class TuningSession:
         final = self.db.final(self.task.key)
         return self._candidate(record), final.winner[1] if final else record.median
 
+    def nothing_measured(self, what: str) -> NothingMeasuredError:
+        """The error of a tuning ``what`` (a phrase) that ended without a successful
+        candidate: how many failed, the first error and where the rest are."""
+        failed = [r for r in self.db.records(self.task.key) if not r.ok]
+        first = " ".join((failed[0].error or "no timings").split())[:160] if failed else ""
+        return NothingMeasuredError(
+            f"{what}: all {len(failed)} candidates of {self.task.key} failed"
+            + (f" (the first: {first})" if first else "")
+            + f"; every error is in {self.db.path}")
+
     def measured(self, candidate: Candidate) -> float | None:
         """The recorded latency of a candidate (``inf`` if it failed), ``None`` if new."""
         return self._latency.get(candidate)
@@ -92,7 +103,12 @@ class TuningSession:
         by_layout: dict[Factors, list[tuple[Candidate, float]]] = defaultdict(list)
         best = math.inf
         unusable: list[tuple[Record, str]] = []
+        target = target_string(self.task.target)
         for record in self.db.records(self.task.key):
+            if record.target != target:
+                unusable.append((record, f"measured for target {record.target}, not this "
+                                         f"run's {target}"))
+                continue
             try:
                 cand = self._candidate(record)
             except StaleRecordError as err:
