@@ -25,7 +25,7 @@ import statistics
 import threading
 import time
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Protocol
@@ -395,6 +395,18 @@ class RecordDB:
         self._set_aside(lines, [_Bad(n, lines[n - 1], reason) for n, reason in
                                 sorted((self.line_of(r), reason) for r, reason in bad)])
         self._file = open_append(self.path)
+
+    def keep_only(self, workloads: Collection[str], what: str) -> None:
+        """Refuse records of workloads other than ``workloads`` (those ``what``, a phrase
+        such as ``"run x"``, tunes), naming the first one's line; with ``repair`` they
+        move to :attr:`rejected_path` instead."""
+        foreign = [(r, f"a record of {r.workload}, which {what} does not tune")
+                   for r in self._records if r.workload not in workloads]
+        if foreign and not self.repair:
+            record, reason = foreign[0]
+            raise self.corrupt(self.line_of(record), reason)
+        if foreign:
+            self.reject(foreign)
 
     def _index(self, record: Record, line: int) -> None:
         self._records.append(record)

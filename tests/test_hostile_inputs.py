@@ -185,8 +185,11 @@ def _mutated(line: bytes, how: str, lines: list[bytes]) -> bytes:
         return b"\xff\xfe" + line
     if how == "nested":
         return b"[" * 5000 + b"]" * 5000
-    if how == "foreign target":
-        data["target"] = '{"kind":"cuda","tag":"","keys":["cuda","gpu"]}'
+    if how in ("foreign target", "another workload"):
+        if how == "foreign target":
+            data["target"] = '{"kind":"cuda","tag":"","keys":["cuda","gpu"]}'
+        else:
+            data["workload"] = "gmm:M=16,N=16,K=16"
         from altenv.records import candidate_key
 
         data["key"] = candidate_key(data["workload"], data["target"], data["layouts"],
@@ -204,7 +207,8 @@ def _mutated(line: bytes, how: str, lines: list[bytes]) -> bytes:
     return json.dumps(data).encode().replace(b"Infinity", b"1e999")
 
 
-MUTATIONS = ["duplicate", "cut", "not UTF-8", "nested", "foreign target", "edited key",
+MUTATIONS = ["duplicate", "cut", "not UTF-8", "nested", "foreign target", "another workload",
+             "edited key",
              "latency 0", "latency -1", "latency 1e999", "latency NaN", "latency \"1\"",
              "latency null", "no workload", "decisions a string"]
 

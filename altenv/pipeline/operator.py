@@ -42,6 +42,7 @@ def tune_workload(cfg: RunConfig, progress: bool = True, repair: bool = False) -
     budget = cfg.budget.stages
     with run_dir.open(cfg, repair) as db, \
             open_measurer(cfg.ray, cfg.measure, task.target) as measurer:
+        db.keep_only({task.key}, f"run {cfg.name}")
         previous = len(db)
         start = time.perf_counter()
         session = TuningSession(task, measurer, db, CostModel(seed=cfg.seed),
