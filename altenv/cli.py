@@ -174,6 +174,19 @@ def _set_options(items: list[str] | None, flag: str = "--set",
     return overrides
 
 
+def _names(text: str | None, flag: str) -> list[str] | None:
+    """A comma-separated list of names (``None`` when the flag was not given); an empty
+    one, or one with an empty name, is a one-line error naming ``flag``."""
+    from .config import ConfigError  # loads TVM: only when run
+
+    if text is None:
+        return None
+    names = [n.strip() for n in text.split(",")]
+    if not all(names):
+        raise ConfigError(f"{flag} {text!r}: give comma-separated names, none empty")
+    return names
+
+
 def _agent_option(text: str) -> tuple[str, dict[str, Any]]:
     """``--agent LABEL=AGENT`` or ``LABEL=AGENT{key: value, ...}`` (YAML flow mapping)."""
     from .config import ConfigError  # loads TVM: only when run
@@ -204,9 +217,9 @@ def _bench(args: argparse.Namespace) -> int:
         what = "--workload SPEC" if kind == "ops" else "--model NAME"
         raise ConfigError(f"bench {args.bench}: give either --suite NAME or {what} (not both)")
     overrides = {"budget": args.budget, "seeds": args.seeds,
-                 "tuners": args.tuners.split(",") if args.tuners else None,
-                 "baselines": args.baselines.split(",") if args.baselines else None,
-                 "versus": args.versus.split(",") if args.versus else None,
+                 "tuners": _names(args.tuners, "--tuners"),
+                 "baselines": _names(args.baselines, "--baselines"),
+                 "versus": _names(args.versus, "--versus"),
                  "altenv.name": args.altenv_agent, "ray.address": args.ray,
                  **_set_options(args.set)}
     for label, agent in map(_agent_option, args.agent or []):
@@ -256,7 +269,7 @@ def _bench_offline(args: argparse.Namespace) -> int:
         agents = {label: AgentConfig(**agent)
                   for label, agent in map(_agent_option, args.agent or [])}
         output = Path(args.output or f"runs/offline-{data.name}")
-        rows = run_offline(data, args.tuners.split(","), args.seeds, budgets, output,
+        rows = run_offline(data, _names(args.tuners, "--tuners"), args.seeds, budgets, output,
                            args.filter, agents, progress=not args.quiet)
     except ValueError as err:
         raise ConfigError(f"bench offline: {' '.join(str(err).split())}") from None

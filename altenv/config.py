@@ -48,9 +48,10 @@ def _dir_name(value: str) -> str:
     """A name that is one directory entry: letters, digits, ``_``, ``-`` and ``.``, not
     ``.`` or ``..`` (which would put a run in, or above, ``output_dir`` itself)."""
 
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+", value) or value in (".", ".."):
-        raise ValueError(f"{value!r} is not a directory name; allowed: letters, digits, '_', "
-                         "'-' and '.' (not '.' or '..', no path separators)")
+    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,200}", value) or value in (".", ".."):
+        raise ValueError(f"{value[:40]!r}{'...' if len(value) > 40 else ''} is not a "
+                         "directory name; allowed: 1 to 200 letters, digits, '_', '-' and '.' "
+                         "(not '.' or '..', no path separators)")
     return value
 
 
@@ -263,6 +264,9 @@ class RunConfig(_Run):
             if self.workload is None or not self.workload.endswith("dtype=int8"):
                 raise ValueError(f"mapping={self.mapping!r} maps int8 operators onto int8 dot "
                                  "products: give an int8 'workload' (…,dtype=int8)")
+        if self.workload is not None and self.model_options:
+            raise ValueError("model_options: an operator run imports no model; allowed only "
+                             "with 'model'")
         if self.workload is not None and self.budget.others:
             raise ValueError("budget.others: an operator run has no other kernels; allowed "
                              "only with 'model'")

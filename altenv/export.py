@@ -34,7 +34,9 @@ from altenv.config import ConfigError, RunConfig
 from altenv.files import read_json
 from altenv.graph.build import max_rel_err
 from altenv.graph.frontend import ImportedModel, load_saved_model
-from altenv.graph.network import NetworkBuild, ReadThrough, Scheduled, build_network
+from altenv.graph.network import NetworkBuild, build_network
+from altenv.graph.rewriter import ReadThrough
+from altenv.graph.scheduler import Scheduled
 from altenv.graph.tasks import extract_tasks
 from altenv.ops import EPILOGUE_INPUTS
 from altenv.pipeline.replay import best_schedules, replay_best
@@ -191,6 +193,8 @@ def export_run_dir(run_dir: str | Path, output: str | Path, force: bool = False)
         raise ConfigError(f"export: {run.path} is not a finished run (no config.yaml/best.json)")
     if output.exists() and not output.is_dir():
         raise ConfigError(f"export: --output {output} is a file; give a directory")
+    if output.is_symlink() and not output.exists():
+        raise ConfigError(f"export: --output {output} is a link to nothing; give a directory")
     held = sorted(p.name for p in output.iterdir()) if output.exists() else []
     if held and not force:
         raise ConfigError(f"export: --output {output} is not empty ({', '.join(held[:3])}"

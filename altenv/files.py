@@ -58,7 +58,7 @@ def check_file(path: str | Path) -> bool:
     path = Path(path)
     try:
         mode = os.lstat(path).st_mode
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # not there, or a file above it
         return False
     if not stat.S_ISREG(mode):
         raise _refuse(path, f"is {_kind(mode)}")
@@ -71,7 +71,7 @@ def check_dir(path: str | Path) -> bool:
     path = Path(path)
     try:
         mode = os.lstat(path).st_mode
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return False
     if not stat.S_ISDIR(mode):
         raise _refuse(path, f"is {_kind(mode)}, not a directory")

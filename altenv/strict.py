@@ -1,7 +1,7 @@
 """The base of every config model (runs, measurement, bench suites): unknown keys are
 refused, so a misspelt field in a YAML file is an error naming it, not a setting silently
-ignored; and ``true``/``false`` where a number belongs is refused too (pydantic would take
-``joint: true`` as one trial)."""
+ignored; ``true``/``false`` where a number belongs is refused too (pydantic would take
+``joint: true`` as one trial), and so are ``.inf`` and ``.nan``."""
 
 from typing import Any, get_args
 
@@ -19,7 +19,7 @@ def _types(annotation: Any) -> set[Any]:
 class Strict(BaseModel):
     """A pydantic model that refuses keys it does not define, and booleans for numbers."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     @field_validator("*", mode="before")
     @classmethod

@@ -45,11 +45,22 @@ def check_target(spec: str | dict[str, Any]) -> tvm.target.Target:
     if isinstance(spec, str):
         return make_target(spec)
     try:
-        return make_target(spec)
+        target = make_target(spec)
     except Exception as err:  # noqa: BLE001 (TVM reports a bad dict in several ways)
         reason = " ".join(str(err).split())
         raise ValueError(f"unsupported value {spec!r} ({reason}); allowed: 'cpu' (this "
                          "host), 'cuda', or a TVM target dict") from None
+    if target.kind.name == "llvm":
+        mcpu = str(target.attrs.get("mcpu", ""))
+        if mcpu and mcpu not in tvm.target.codegen.llvm_get_cpu_archlist(target):
+            raise ValueError(f"mcpu {mcpu!r} is no CPU LLVM knows; allowed: e.g. "
+                             f"{tvm.target.codegen.llvm_get_system_cpu()!r} (this host)")
+        if "num-cores" not in target.attrs:
+            raise ValueError("an llvm target dict needs 'num-cores' (the threads MetaSchedule "
+                             f"plans for), e.g. {{kind: llvm, mcpu: "
+                             f"{tvm.target.codegen.llvm_get_system_cpu()}, num-cores: "
+                             f"{len(os.sched_getaffinity(0))}}}")
+    return target
 
 
 def check_device(target: tvm.target.Target) -> None:

@@ -118,8 +118,42 @@ class NotAnAgent:
     pass
 '''
 
+def output_dir_a_file(tmp: Path) -> list[str]:
+    (tmp / "runs").write_text("a file where the runs go\n")
+    return tune(tmp, f"workload: '{GMM}'\n")
+
+
+def train_state_garbage(tmp: Path) -> list[str]:
+    (tmp / "runs" / "r").mkdir(parents=True)
+    (tmp / "runs" / "r" / "train-state.json").write_text("{nope")
+    return ["train", config(tmp, f"workloads: ['{GMM}']\n"
+                                 "agent: {name: ppo, options: {checkpoint: null}}\n")]
+
+
 Case = Callable[[Path], tuple[list[str], str]]
 CASES: dict[str, Case] = {
+    # found by a sweep of hostile and careless input (issue 97)
+    "workload key twice": lambda t: (tune(t, "workload: 'gmm:M=8,N=8,K=8,M=16'\n"),
+                                     "M is given twice"),
+    "model_options on an operator run": lambda t: (
+        tune(t, f"workload: '{GMM}'\nmodel_options: {{width: 2}}\n"),
+        "model_options: an operator run imports no model"),
+    "bench tuners empty": lambda t: (bench(t, "--workload", GMM, "--tuners", ""),
+                                     "--tuners '': give comma-separated names"),
+    "target mcpu unknown": lambda t: (
+        tune(t, f"workload: '{GMM}'\ntarget: {{kind: llvm, mcpu: banana, num-cores: 2}}\n"),
+        "mcpu 'banana' is no CPU LLVM knows"),
+    "target without num-cores": lambda t: (
+        tune(t, f"workload: '{GMM}'\ntarget: {{kind: llvm, mcpu: znver3}}\n"),
+        "needs 'num-cores'"),
+    "build timeout infinite": lambda t: (
+        tune(t, f"workload: '{GMM}'\nmeasure: {{build_timeout: .inf}}\n"),
+        "measure.build_timeout: Input should be a finite number"),
+    "name of 300 characters": lambda t: (
+        ["tune", config(t, f"workload: '{GMM}'\n", name="n" * 300), "--quiet"],
+        "is not a directory name"),
+    "output dir a file": lambda t: (output_dir_a_file(t), "cannot be made: a file is in its way"),
+    "train state not JSON": lambda t: (train_state_garbage(t), "train-state.json: not JSON"),
     # budgets that cannot measure anything
     "budget -5": lambda t: (tune_flags(t, "--budget", "-5"),
                             "argument --budget: -5 is out of range: allowed 0 to"),

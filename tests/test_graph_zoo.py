@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from altenv.graph import build, extract_tasks, load_model, max_rel_err
-from altenv.graph.network import plan_network
+from altenv.graph.plan import plan_network
 from altenv.graph.zoo import ZOO, get_model
 
 SLOW = pytest.mark.slow

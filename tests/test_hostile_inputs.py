@@ -437,3 +437,17 @@ def test_check_tree_names_the_first_odd_entry(tmp_path):
     (tmp_path / "a" / "b" / "c").symlink_to("/etc/passwd")
     with pytest.raises(UserError, match="a/b/c: is a symbolic link"):
         check_tree(tmp_path)
+
+
+def test_export_names_the_file_that_is_wrong(tmp_path):
+    """A run directory's config.yaml that is not UTF-8 is blamed on config.yaml, a
+    best.json that is not JSON on best.json."""
+    run = tmp_path / "runs" / "r"
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_bytes(b"name: \xff\n")
+    (run / "best.json").write_text("{}")
+    argv = ["export", str(run), "--output", str(tmp_path / "out")]
+    assert "config.yaml: not UTF-8 text" in refused(argv, tmp_path)
+    (run / "config.yaml").write_text(saved_config(tmp_path, run_config(tmp_path)))
+    (run / "best.json").write_text("{nope")
+    assert "best.json: not JSON" in refused(argv, tmp_path)

@@ -12,7 +12,8 @@ from test_network import _conv_chain
 from tvm_ffi import structural_equal
 
 from altenv.graph.in_network import Choice, Contender, choose_layouts, contenders
-from altenv.graph.network import call_options, plan_network, tensor_name
+from altenv.graph.network import call_options
+from altenv.graph.plan import plan_network, tensor_name
 from altenv.measure.chains import kernel_module
 from altenv.records import RecordDB
 from altenv.tuning import OpTask, TuningSession, freeze

@@ -18,8 +18,10 @@ from tvm import relax, tirx, topi
 from altenv.export import MANIFEST_FILE, MODEL_FILE, PARAMS_FILE, export_run
 from altenv.graph import extract_tasks, load_model, max_rel_err, rel_err
 from altenv.graph.lowering import ComplexLowering
-from altenv.graph.network import build_network, canonical, op_name, plan_network, tensor_name
+from altenv.graph.network import build_network
+from altenv.graph.plan import op_name, plan_network, tensor_name
 from altenv.graph.read_through import GUARDED, staged_variants
+from altenv.graph.scheduler import canonical
 from altenv.graph.tasks import TaskGraph, graph_of
 from altenv.layout import Layout
 from altenv.ops import LayoutTemplate
@@ -549,7 +551,7 @@ def test_mobile_constructs_tuned_with_layouts_at_batch_2_and_exported(tmp_path: 
     model = load_model(f"{tmp_path / 'mobile.py'}:make", batch=2)
     assert model.inputs[0].shape == (2, 4, 8, 8)
     graph = extract_tasks(model)
-    with caplog.at_level("WARNING", logger="altenv.graph.network"):
+    with caplog.at_level("WARNING", logger="altenv.graph"):
         out_dir, network = export_run(model, tmp_path / "export", random_factors(graph, 2))
     plan = network.plan
     assert [plan.lowerings[i].epilogue for i in sorted(plan.lowerings)] == [

@@ -21,7 +21,8 @@ from altenv.graph.kernels import (
     kernel_calls,
     profile_kernels,
 )
-from altenv.graph.network import build_network, build_plan, other_kernels, plan_network
+from altenv.graph.network import build_network, build_plan, other_kernels
+from altenv.graph.plan import plan_network
 from altenv.graph.regen import Regenerable
 from altenv.layout import Layout
 from altenv.measure import MeasureConfig

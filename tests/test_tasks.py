@@ -37,7 +37,7 @@ def test_tasks_reports_tuned_calls_reasons_and_flops_share(tmp_path, capsys, cap
     source.write_text(NET)
     with caplog.at_level("WARNING"):
         assert main(["tasks", f"{source}:make", "--json"]) == 0
-    assert not [r for r in caplog.records if r.name == "altenv.graph.network"]  # once: below
+    assert not [r for r in caplog.records if r.name == "altenv.graph.plan"]  # once: below
     report = json.loads(capsys.readouterr().out)
     tuned, fallback = report["calls"]
     assert tuned["tuned"] and tuned["reason"] is None

@@ -15,13 +15,16 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ConfigError
-from ..files import as_written, make_dir, read_mapping, write_text
+from ..files import as_written, check_tree, make_dir, read_mapping, write_text
 from ..measure.signals import exit_on_sigint, sigint_blocked
 from ..pipeline.checks import check_device, load_user_model, make_agent
 from ..pipeline.devices import SharedMeasurer
 from ..suites import BenchSuite
 from .net import profile_net, retime_and_profile_net, retime_net, tune_net_cell
 from .ops import retime_workload, tune_cell
+
+STATE_FILES = ("suite.json", "timing.json", "cell.json", "progress.json")
+"""What a bench output keeps of its cells (JSON objects), read back when it resumes."""
 
 # the measure fields that decide what a latency means; the rest (timeouts, workers) do not
 TIMING_FIELDS = ("number", "repeat", "min_repeat_ms", "enable_cpu_cache_flush")
@@ -81,6 +84,11 @@ def run_bench(suite: BenchSuite, output: str | Path, pattern: str | None = None,
     output = Path(output)
     entries = suite.select(pattern)
     check_suite(suite, entries)
+    if output.exists() or output.is_symlink():
+        check_tree(output)  # cells from elsewhere: no links out of them
+        for name in STATE_FILES:  # damaged state refused before anything is written
+            for path in sorted(output.rglob(name)):
+                read_mapping(path)
     _check_same_timing(suite, output)
     make_dir(output)
     write_text(output / "suite.json", suite.model_dump_json(indent=1))

@@ -35,6 +35,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..costmodel import extract_features, feature_summary
+from ..files import check_tree, make_dir, write_text
 from ..lock import DirLock
 from ..measure import MeasureCandidate, MeasureConfig, Measurer, MeasureResult
 from ..ops import parse_workload
@@ -382,9 +383,11 @@ def collect(out: str | Path, workloads: Sequence[tuple[str, str]], plan: Plan,
     from ..measure import create
 
     out = Path(out)
+    if out.exists() or out.is_symlink():
+        check_tree(out)  # a dataset from elsewhere: nothing written through a link
     workloads = [(name, str(parse_workload(spec))) for name, spec in workloads]
-    out.mkdir(parents=True, exist_ok=True)
-    (out / ".gitignore").write_text("journal/\n.lock\n")
+    make_dir(out)
+    write_text(out / ".gitignore", "journal/\n.lock\n")
     target = make_target(target)
     done = Progress()
     with DirLock(out / ".lock", f"dataset {out}"):

@@ -212,6 +212,10 @@ def _from_onnx(path: Path, input_shapes: list[tuple[int, ...]] | None) -> Import
     import onnx  # with TVM's ONNX frontend 0.2 s, for ONNX models only
     from tvm.relax.frontend.onnx import from_onnx
 
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file")
+    if not path.is_file():  # a device such as /dev/zero would be read without end
+        raise ValueError(f"{path} is not a regular file")
     model = onnx.load(str(path))
     initializers = {t.name for t in model.graph.initializer}
     graph_inputs = [i for i in model.graph.input if i.name not in initializers]

@@ -29,7 +29,9 @@ from typing import Any
 import tvm
 import tvm_ffi
 
-from altenv.graph.network import Scheduled, call_options, plan_network
+from altenv.graph.network import call_options
+from altenv.graph.plan import plan_network
+from altenv.graph.scheduler import Scheduled
 from altenv.graph.tasks import TaskGraph
 from altenv.measure.chains import ChainTimer, local_timer
 from altenv.target import make_target
@@ -106,7 +108,7 @@ def choose_layouts(graph: TaskGraph, factors: Mapping[str, Mapping[str, int]],
     ``on_choice`` is called with every new one. The chains are timed by ``timer`` (the
     measuring device's, :meth:`altenv.measure.Measurer.chain_timer`; this host's by
     default), the network planned with ``fast_math`` as the run plans it
-    (:func:`~altenv.graph.network.plan_network`). Returns the choices made by timing."""
+    (:func:`~altenv.graph.plan.plan_network`). Returns the choices made by timing."""
     tgt = make_target(target)
     timer = timer or local_timer(tgt)
     factors, schedules = dict(factors), dict(schedules)

@@ -95,10 +95,14 @@ def parse_workload(spec: str | Workload) -> Workload:
         raise ValueError(f"workload {spec!r}: no parameters; {hint}")
     params: dict[str, int] = dict(optional)
     dtype = "float32"
+    given: set[str] = set()
     for item in body.split(","):
         key, eq, value = item.strip().partition("=")
         if not eq or key not in allowed:
             raise ValueError(f"workload {spec!r}: bad item {item.strip()!r}; {hint}")
+        if key in given:
+            raise ValueError(f"workload {spec!r}: {key} is given twice; keep one")
+        given.add(key)
         if key == "dtype":
             if value not in DTYPES:
                 raise ValueError(f"workload {spec!r}: dtype {value!r} not in {', '.join(DTYPES)}")

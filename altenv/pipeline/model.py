@@ -47,7 +47,8 @@ from ..graph.build import max_rel_err
 from ..graph.frontend import save_model
 from ..graph.in_network import Choice, Contender, choose_layouts, contenders
 from ..graph.lowering import ComplexLowering
-from ..graph.network import NetworkBuild, NetworkPlan, build_plan, other_kernels, plan_network
+from ..graph.network import NetworkBuild, build_plan, other_kernels
+from ..graph.plan import NetworkPlan, plan_network
 from ..measure import Measurer
 from ..measure.chains import ChainTimer
 from ..measure.measurer import FleetMeasurer

@@ -3,7 +3,7 @@
 A user bringing a network wants to know up front which of its complex calls the layout
 search covers, which stay on a default schedule and why (the planner's
 :class:`~altenv.graph.lowering.NotMappable` reason), and how much of the network's work
-that is. This reads the same plan a run makes (:func:`altenv.graph.network.plan_network`)
+that is. This reads the same plan a run makes (:func:`altenv.graph.plan.plan_network`)
 and measures nothing.
 """
 
@@ -13,7 +13,8 @@ import json
 import logging
 from typing import Any
 
-from ..graph import ImportedModel, extract_tasks, network
+from ..graph import ImportedModel, extract_tasks
+from ..graph.plan import plan_network
 from ..ops import operator_for, parse_workload
 from ..ops.expr import DEFAULT_FAST_MATH
 
@@ -31,11 +32,11 @@ def preview(model: ImportedModel) -> dict[str, Any]:
     (else the reason) and FLOPs; and the share of the complex calls' FLOPs that is tuned
     (calls whose FLOPs are unknown count in neither)."""
     graph = extract_tasks(model)
-    planner = logging.getLogger(network.__name__)
+    planner = logging.getLogger(plan_network.__module__)
     level = planner.level
     planner.setLevel(logging.ERROR)  # its fallback warnings are the report's reasons
     try:
-        plan = network.plan_network(graph, fast_math=DEFAULT_FAST_MATH)
+        plan = plan_network(graph, fast_math=DEFAULT_FAST_MATH)
     finally:
         planner.setLevel(level)
     calls = []

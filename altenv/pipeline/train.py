@@ -42,7 +42,7 @@ from ..costmodel import CostModel
 from ..datapath import dataset_dir
 from ..dataset import Dataset
 from ..files import check_file, read_json, write_json, write_text
-from ..graph.network import plan_network
+from ..graph.plan import plan_network
 from ..graph.tasks import extract_tasks
 from ..measure import create
 from ..ops.expr import DEFAULT_FAST_MATH
@@ -302,8 +302,9 @@ def train(cfg: TrainConfig, progress: bool = True, repair: bool = False,
     tasks = [op_task(cfg, w) for w in cfg.workloads]
     for source in cfg.models:
         tasks += model_tasks(cfg, source)
+    run_dir.check()
+    state = _State(run_dir.train_state)  # a damaged one refused before anything is written
     with run_dir.open(cfg, repair) as db:
-        state = _State(run_dir.train_state)
         if cfg.corpus is not None:
             state["corpus_workloads"] = cfg.corpus.draw.draw(suite_specs())
             cost_model = _corpus(cfg, state, state["corpus_workloads"], progress)

@@ -21,12 +21,18 @@ from tvm.s_tir import Schedule
 from ..costmodel import CostModel, extract_features
 from ..errors import NothingMeasuredError
 from ..measure import MeasureCandidate, Measurer, ProgramPoint
+from ..ops.operators import operator_for
 from ..records import Final, Record, RecordDB, candidate_key, target_string
 from ..space.loop_space import StaleRecordError
 from .task import Candidate, Factors, OpTask, freeze
 
 FEATURE_CACHE_SIZE = 10_000
 """Candidates whose features a session keeps (a few KB each)."""
+
+
+MAX_FLOPS = 1e16
+"""More floating-point operations a second than any device reaches (10 PFLOP/s): a record
+faster than that was not measured."""
 
 
 class TuningSession:
@@ -104,10 +110,15 @@ class TuningSession:
         best = math.inf
         unusable: list[tuple[Record, str]] = []
         target = target_string(self.task.target)
+        fastest = operator_for(self.task.workload).flops() / MAX_FLOPS
         for record in self.db.records(self.task.key):
             if record.target != target:
                 unusable.append((record, f"measured for target {record.target}, not this "
                                          f"run's {target}"))
+                continue
+            if record.ok and min(record.latencies) < fastest:
+                unusable.append((record, f"a latency of {min(record.latencies):.3g} s, faster "
+                                         f"than {MAX_FLOPS:.0e} FLOP/s, which no device runs"))
                 continue
             try:
                 cand = self._candidate(record)
