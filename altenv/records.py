@@ -209,7 +209,7 @@ class RecordsRepaired(UserWarning):
 
 
 _Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-_Latency = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+_Latency = Annotated[float, Field(gt=0, lt=86400, allow_inf_nan=False)]  # under a day
 
 
 class _Line(BaseModel):

@@ -44,23 +44,31 @@ def check_target(spec: str | dict[str, Any]) -> tvm.target.Target:
     is allowed."""
     if isinstance(spec, str):
         return make_target(spec)
+    if isinstance(spec, dict) and spec.get("kind") == "llvm" and "mcpu" in spec:
+        _check_mcpu(spec)  # before TVM logs its own complaint about it
     try:
         target = make_target(spec)
     except Exception as err:  # noqa: BLE001 (TVM reports a bad dict in several ways)
         reason = " ".join(str(err).split())
         raise ValueError(f"unsupported value {spec!r} ({reason}); allowed: 'cpu' (this "
                          "host), 'cuda', or a TVM target dict") from None
-    if target.kind.name == "llvm":
-        mcpu = str(target.attrs.get("mcpu", ""))
-        if mcpu and mcpu not in tvm.target.codegen.llvm_get_cpu_archlist(target):
-            raise ValueError(f"mcpu {mcpu!r} is no CPU LLVM knows; allowed: e.g. "
-                             f"{tvm.target.codegen.llvm_get_system_cpu()!r} (this host)")
-        if "num-cores" not in target.attrs:
-            raise ValueError("an llvm target dict needs 'num-cores' (the threads MetaSchedule "
-                             f"plans for), e.g. {{kind: llvm, mcpu: "
-                             f"{tvm.target.codegen.llvm_get_system_cpu()}, num-cores: "
-                             f"{len(os.sched_getaffinity(0))}}}")
+    if target.kind.name == "llvm" and "num-cores" not in target.attrs:
+        raise ValueError("an llvm target dict needs 'num-cores' (the threads MetaSchedule "
+                         f"plans for), e.g. {{kind: llvm, mcpu: "
+                         f"{tvm.target.codegen.llvm_get_system_cpu()}, num-cores: "
+                         f"{len(os.sched_getaffinity(0))}}}")
     return target
+
+
+def _check_mcpu(spec: dict[str, Any]) -> None:
+    """A ``ValueError`` unless the ``mcpu`` of an llvm target dict is a CPU LLVM knows."""
+    try:
+        plain = tvm.target.Target({k: v for k, v in spec.items() if k in ("kind", "mtriple")})
+    except Exception:  # noqa: BLE001 (a bad mtriple: make_target reports it)
+        return
+    if str(spec["mcpu"]) not in tvm.target.codegen.llvm_get_cpu_archlist(plain):
+        raise ValueError(f"mcpu {spec['mcpu']!r} is no CPU LLVM knows; allowed: e.g. "
+                         f"{tvm.target.codegen.llvm_get_system_cpu()!r} (this host)")
 
 
 def check_device(target: tvm.target.Target) -> None:
