@@ -11,7 +11,7 @@ import pytest
 import agents
 from altenv.measure import MeasureConfig, create
 from altenv.ops import run_numpy
-from altenv.records import RecordDB
+from altenv.records import RecordDB, candidate_key
 from altenv.space import StaleRecordError
 from altenv.tuning import Budget, Candidate, OpTask, TuningSession, tune
 from altenv.tuning.transfer import carry_back, tuned_task, warm_start
@@ -81,8 +81,12 @@ def test_random_tuning_resumes_without_remeasuring(measurer, tmp_path):
     lines = (tmp_path / "records.jsonl").read_text().splitlines()
     data = json.loads(lines[0])
     data["schedule"]["decisions"].append(0)
+    old_key, data["key"] = data["key"], candidate_key(  # as that version wrote it
+        data["workload"], data["target"], data["layouts"], data["schedule"]["trace"],
+        data["schedule"]["decisions"])
     stale = tmp_path / "stale.jsonl"
-    stale.write_text("\n".join([json.dumps(data)] + lines[1:]) + "\n")
+    stale.write_text("\n".join([json.dumps(data)] + lines[1:]).replace(old_key, data["key"])
+                     + "\n")
     with RecordDB(stale) as db3, pytest.raises(StaleRecordError, match=(
             rf"{stale}: cannot resume .* loop decisions does not fit this design space .* "
             "tune into a new run directory")):
