@@ -33,7 +33,7 @@ from .ops.draw import draw_workloads
 from .ops.expr import DEFAULT_FAST_MATH
 from .strict import Strict
 from .target import check_target
-from .tuning.budget import Budget
+from .tuning import Budget, SearchOptions
 from .yamlfile import MAX_BYTES, load_yaml
 
 Seed = Annotated[int, Field(ge=0, lt=2**31)]
@@ -187,12 +187,13 @@ class SearchConfig(Strict):
     in_network_slack: float = Field(1.5, ge=1.0)
     task_scheduler: float = Field(0.15, ge=0.0, lt=1.0)
 
-    def loop_options(self, model: bool = False) -> dict[str, Any]:
-        """The keyword arguments of :func:`altenv.tuning.tune` these settings give, for a
-        task of a model run (``model``) or an operator run."""
+    def options(self, model: bool = False) -> SearchOptions:
+        """What these settings make of a :class:`~altenv.tuning.TuningJob`'s search, for a
+        task of a model run (``model``: finalists cold under ``auto``) or an operator run."""
         cold = self.finalist_caches == "cold" or (self.finalist_caches == "auto" and model)
-        return {"batch": self.batch, "top_k": self.top_k, "finalists": self.finalists,
-                "finalist_rounds": self.finalist_rounds, "finalists_cold": cold}
+        return SearchOptions(batch=self.batch, top_k=self.top_k, finalists=self.finalists,
+                             finalist_rounds=self.finalist_rounds, finalists_cold=cold,
+                             check=self.check)
 
 
 class _Run(Strict):

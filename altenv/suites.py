@@ -22,7 +22,7 @@ from pydantic import Field, PositiveInt, field_validator, model_validator
 import agents
 
 from .cluster.settings import RaySettings
-from .config import AgentConfig, ConfigError, DirName, TargetSpec, load_config
+from .config import AgentConfig, ConfigError, DirName, SearchConfig, TargetSpec, load_config
 from .measure import MeasureConfig
 from .ops import Epilogue, parse_workload
 from .strict import Strict
@@ -77,6 +77,9 @@ class BenchSuite(Strict):
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
     target: TargetSpec = "cpu"
     measure: MeasureConfig = Field(default_factory=MeasureConfig)
+    #: how the agents' cells search, as ``search:`` of a run config (a cell tunes as
+    #: ``altenv tune`` of its workload with these settings would)
+    search: SearchConfig = Field(default_factory=SearchConfig)
     workloads: list[OpEntry] = Field(default_factory=list)
     models: list[NetEntry] = Field(default_factory=list)
     #: tune the agents' cells on a Ray cluster (builds as Ray tasks, one actor per measuring

@@ -371,3 +371,33 @@ def test_net_bench_tiny_model(tmp_path, tiny_model):
     assert all(float(k["in_network_us_per_call"]) >= 0 for k in kernels)  # not NaN either
     assert all(float(k["cold_us_per_call"]) > 0 for k in kernels)  # timed cold on the CPU
     assert (out / "tiny" / "profile.png").exists()
+
+
+@pytest.mark.parametrize("search", [{}, {"batch": 32, "top_k": 4, "finalists": 2,
+                                         "finalist_caches": "cold", "levels": 2,
+                                         "check": False}])
+def test_a_bench_cell_tunes_as_altenv_tune_would(tmp_path, search):
+    """A bench cell's job and ``altenv tune``'s job of the same workload, epilogue, agent,
+    seed, budget and search settings are the same job (task, budget, search, agent)."""
+    from altenv.bench.ops import cell_job
+    from altenv.config import load_config
+    from altenv.pipeline.checks import check_run, make_job
+
+    agent = {"name": "evolution", "options": {"population": 16, "children": 16}}
+    suite = load_suite(str(_suite_file(
+        tmp_path, search=search, altenv=agent,
+        workloads=[{"name": "g", "spec": "gmm:M=16,N=16,K=16", "epilogue": ["relu"]}])))
+    cell = cell_job(suite, suite.workloads[0], "altenv", 3, 40)
+    cfg = load_config(None, name="r", workload="gmm:M=16,N=16,K=16", epilogue=["relu"],
+                      agent=agent, seed=3, budget=40, search=search,
+                      output_dir=str(tmp_path / "runs"))
+    run = make_job(cfg.workload, cfg.epilogue, cfg.target, cfg.search, cfg.budget.stages,
+                   check_run(cfg), cfg.mapping)
+    assert cell.task.key == run.task.key
+    assert cell.task.template.levels == run.task.template.levels == search.get("levels", 1)
+    assert str(cell.task.target) == str(run.task.target)
+    assert cell.budget == run.budget and cell.search == run.search
+    assert type(cell.agent) is type(run.agent) and vars(cell.agent).keys() == \
+        vars(run.agent).keys()
+    assert {k: v for k, v in vars(cell.agent).items() if isinstance(v, int | float | str)} == \
+        {k: v for k, v in vars(run.agent).items() if isinstance(v, int | float | str)}

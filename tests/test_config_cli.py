@@ -222,8 +222,8 @@ def test_finalists_are_re_timed_cold_in_model_runs():
     from altenv.config import SearchConfig
 
     def cold(caches: str, model: bool) -> bool:
-        return SearchConfig(finalist_caches=caches).loop_options(model)["finalists_cold"]
+        return SearchConfig(finalist_caches=caches).options(model).finalists_cold
 
     assert cold("auto", True) and not cold("auto", False)
     assert not cold("warm", True) and cold("cold", False)
-    assert SearchConfig().loop_options()["finalists"] == 8
+    assert SearchConfig().options().finalists == 8

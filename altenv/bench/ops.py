@@ -40,14 +40,14 @@ from ..lock import DirLock
 from ..measure import Measurer
 from ..measure.timing import summaries
 from ..ops import generate
-from ..pipeline.checks import make_agent
+from ..pipeline.checks import make_agent, make_job
 from ..pipeline.devices import SharedMeasurer
 from ..pipeline.replay import replay_best
 from ..records import RecordDB
 from ..space.loop_space import StaleRecordError
 from ..suites import BenchSuite, OpEntry
 from ..target import make_target
-from ..tuning import Budget, OpTask, TuningSession, tune
+from ..tuning import Budget, TuningJob
 
 METASCHEDULE = "metaschedule"
 
@@ -67,6 +67,15 @@ def cell_lock(path: Path) -> Iterator[None]:
         yield
 
 
+def cell_job(suite: BenchSuite, entry: OpEntry, tuner: str, seed: int, budget: int
+             ) -> TuningJob:
+    """The job of an agent's cell: what ``altenv tune`` of the entry would run with the
+    suite's target, search settings and the tuner's agent at ``budget`` trials."""
+    agent = make_agent(suite.agent(tuner), {"seed": seed})
+    return make_job(entry.spec, entry.epilogue, suite.target, suite.search,
+                    Budget.split(budget), agent)
+
+
 def _tune_agent_cell(suite: BenchSuite, entry: OpEntry, tuner: str, seed: int, path: Path,
                      budget: int, measurer: Measurer, progress: bool, repair: bool
                      ) -> dict[str, Any]:
@@ -81,12 +90,11 @@ def _tune_agent_cell(suite: BenchSuite, entry: OpEntry, tuner: str, seed: int, p
     def save_progress(_: Any) -> None:
         write_json(progress_file, {"seconds": before + time.perf_counter() - start})
 
-    task = OpTask(entry.spec, suite.target, entry.epilogue)
+    job = cell_job(suite, entry, tuner, seed, budget)
+    task, agent = job.task, job.agent
     with RecordDB(path / "records.jsonl", repair) as db:
-        session = TuningSession(task, measurer, db, CostModel(seed=seed))
-        agent = make_agent(suite.agent(tuner), {"seed": seed})
-        tune(session, agent, Budget.split(budget), progress=progress,
-             callbacks=[save_progress])
+        session = job.session(measurer, db, CostModel(seed=seed))
+        job.run(session, progress, callbacks=[save_progress])
         save_progress(None)
         cand, latency = session.best
         if cand is None:

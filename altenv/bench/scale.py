@@ -36,11 +36,10 @@ from ..costmodel import CostModel
 from ..measure import MeasureCandidate, MeasureConfig, MeasureResult, create
 from ..measure.measurer import FleetMeasurer
 from ..ops import generate
-from ..pipeline.checks import check_run, load_user_model, op_task
+from ..pipeline.checks import check_run, load_user_model, make_job
 from ..pipeline.model import ModelRun, hand_out_reserved, plan, tune_tasks
 from ..pipeline.rundir import RunDir
 from ..records import RecordDB
-from ..tuning import TuningSession, tune
 
 
 class SimulatedBuilder:
@@ -167,9 +166,10 @@ def overhead(workload: str, trials: int, rounds: int, seed: int = 0) -> dict[str
     connect(settings)
     cfg = load_config(None, RunConfig, name="overhead", workload=workload, seed=seed,
                       budget=trials)
-    task = op_task(cfg, cfg.workload)
+    job = make_job(cfg.workload, cfg.epilogue, cfg.target, cfg.search, cfg.budget.stages,
+                   check_run(cfg), cfg.mapping)
+    task = job.task
     warm = generate(task.workload)
-    agent = check_run(cfg)
     minutes: dict[str, list[float]] = {"local": [], "ray": []}
     for _ in range(rounds):
         for path, make in (("local", lambda: create("local", cfg.measure, task.target)),
@@ -178,10 +178,9 @@ def overhead(workload: str, trials: int, rounds: int, seed: int = 0) -> dict[str
                     RecordDB(Path(tmp) / "records.jsonl") as db:
                 # workers start (and import TVM) before the clock does
                 measurer.measure([MeasureCandidate(warm.func) for _ in range(2)])
-                session = TuningSession(task, measurer, db, CostModel(seed=seed))
+                session = job.session(measurer, db, CostModel(seed=seed))
                 start = time.perf_counter()
-                tune(session, agent, cfg.budget.stages, **cfg.search.loop_options(),
-                     progress=False)
+                job.run(session, progress=False)
                 minutes[path].append(session.trials / (time.perf_counter() - start) * 60)
     local, ray_ = statistics.median(minutes["local"]), statistics.median(minutes["ray"])
     return {"workload": workload, "trials": trials, "rounds": rounds,

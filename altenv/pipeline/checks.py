@@ -8,16 +8,17 @@ check through here.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import agents
 from agents.checkpoint import has_policy
 
-from ..config import AgentConfig, ConfigError, RunConfig, TrainConfig
+from ..config import AgentConfig, ConfigError, RunConfig, SearchConfig, TrainConfig
 from ..graph import ImportedModel, load_model
 from ..target import check_device as present
 from ..target import make_target
-from ..tuning import OpTask
+from ..tuning import Budget, OpTask, TuningJob
 from .rundir import RunDir
 
 
@@ -64,6 +65,20 @@ def check_run(cfg: RunConfig | TrainConfig, **defaults: Any) -> agents.Agent:
         raise ConfigError(f"agent: {cfg.agent.name!r} has nothing to train (no save()); use an "
                           "agent such as 'ppo'")
     return agent
+
+
+def make_job(spec: str, epilogue: Sequence[str], target: Any, search: SearchConfig,
+             budget: Budget, agent: agents.Agent, mapping: str = "none",
+             model: bool = False) -> TuningJob:
+    """The :class:`~altenv.tuning.TuningJob` of operator ``spec``: ``altenv tune``, a bench
+    cell and ``bench scale`` build theirs here from the same settings (``search``, a task of
+    a model run with ``model``), so that they tune alike; a template the workload cannot
+    have is a :class:`ConfigError` of one line."""
+    try:
+        task = OpTask(spec, target, epilogue, search.levels, mapping=mapping)
+    except ValueError as err:
+        raise ConfigError(f"workload {spec!r}: {' '.join(str(err).split())}") from None
+    return TuningJob(task, agent, budget, search.options(model))
 
 
 def op_task(cfg: RunConfig | TrainConfig, spec: str, mapping: str = "none") -> OpTask:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import functools
 import math
 import queue
@@ -55,13 +56,13 @@ from ..measure.measurer import FleetMeasurer
 from ..measure.timing import summaries
 from ..records import RecordDB
 from ..target import make_target
-from ..tuning import Budget, OpTask, TuningSession, tune
+from ..tuning import Budget, TuningJob, TuningSession
 from ..tuning.budget import TASK_FLOOR_BATCHES, task_budgets, task_weight
 from ..tuning.others import tune_others
 from ..tuning.scheduler import TaskProgress, handed_out, next_task, similarity_group
 from ..tuning.task import Candidate
 from ..tuning.transfer import TunedTask, carry_back, tuned_task, warm_start
-from .checks import check_run, load_user_model
+from .checks import check_run, load_user_model, make_job
 from .devices import open_measurer
 from .report import RunResult, speedups
 from .rundir import RunDir
@@ -224,16 +225,18 @@ def tune_tasks(run: ModelRun, measurer: Measurer, log: TensorBoardLog) -> None:
 
     def tune_one(name: str, agent: Any) -> None:
         lowering = run.lowering_of[name]
-        task = OpTask(lowering.spec, cfg.target, lowering.epilogue, cfg.search.levels)
-        session = TuningSession(task, measurer, run.db, run.cost_model, check=cfg.search.check)
         last = last_of_spec[lowering.spec] == name
         reserve = 0 if last else cfg.search.warm_start  # for carry_back
         budget = Budget.split(run.budgets[name] - reserve, joint_fraction)
+        job = make_job(lowering.spec, lowering.epilogue, cfg.target, cfg.search, budget, agent,
+                       model=True)
+        task = job.task
+        session = job.session(measurer, run.db, run.cost_model)
         run.opened[name], run.shares[name] = session, budget
         session.limit = budget.total
         session.measure(warm_start(task, siblings.get(lowering.spec, []),
                                    cfg.search.warm_start))
-        tune(session, agent, budget, **options, progress=run.progress, callbacks=[log])
+        job.run(session, run.progress, callbacks=[log])
         group = siblings.setdefault(lowering.spec, [])
         group.append(tuned_task(session, cfg.search.warm_start))
         pending.setdefault(lowering.spec, []).append((name, session))
@@ -245,8 +248,8 @@ def tune_tasks(run: ModelRun, measurer: Measurer, log: TensorBoardLog) -> None:
         for k, (earlier, earlier_session) in enumerate(done[:-1]):
             before = earlier_session.best[1]
             carried = carry_back(earlier_session, group[k + 1:], cfg.search.warm_start,
-                                 run.budgets[earlier], options["finalists"],
-                                 options["finalist_rounds"], options["finalists_cold"])
+                                 run.budgets[earlier], options.finalists,
+                                 options.finalist_rounds, options.finalists_cold)
             cand, after = earlier_session.best
             if cand in carried:
                 print(f"task {earlier}: {before * 1e3:.4g} -> {after * 1e3:.4g} ms with "
@@ -254,7 +257,7 @@ def tune_tasks(run: ModelRun, measurer: Measurer, log: TensorBoardLog) -> None:
         for earlier, _ in done:
             run.settle(earlier)
 
-    options = cfg.search.loop_options(model=True)
+    options = cfg.search.options(model=True)
     joint_fraction = cfg.budget.joint / max(cfg.budget.searched, 1)
     agents = run.agents(concurrency(measurer, cfg.search.top_k))
     if len(agents) == 1:
@@ -287,7 +290,7 @@ def hand_out_reserved(run: ModelRun, measurer: Measurer, log: TensorBoardLog) ->
     open_tasks = {t: s for t, s in sessions.items() if s.trials < cap[t]}
     busy: dict[str, int] = {}  # tasks measuring now, and the trials each may take
     rescued: set[str] = set()
-    batch = cfg.search.loop_options(model=True) | {"finalists": 0}
+    search = dataclasses.replace(cfg.search.options(model=True), finalists=0)
     bar = tqdm(total=run.reserved, initial=min(spent, run.reserved), desc="task scheduler",
                unit="trial", disable=not run.progress or spent >= run.reserved)
     lock = threading.Lock()
@@ -312,9 +315,9 @@ def hand_out_reserved(run: ModelRun, measurer: Measurer, log: TensorBoardLog) ->
             before = session.trials
             extra = before - share.joint - share.loop_only + quota
             try:
-                tune(session, agent, Budget(share.joint, share.loop_only + min(extra, 0),
-                                            max(extra, 0)),
-                     **batch, progress=False, callbacks=[log])
+                TuningJob(session.task, agent, Budget(share.joint, share.loop_only + min(extra, 0),
+                                                      max(extra, 0)),
+                          search).run(session, progress=False, callbacks=[log])
             finally:
                 with lock:
                     del busy[name]
@@ -331,10 +334,10 @@ def hand_out_reserved(run: ModelRun, measurer: Measurer, log: TensorBoardLog) ->
     in_parallel(agents, [serve] * len(agents))
     bar.close()
     run.run_dir.save_agent(run.agent)
-    options = cfg.search.loop_options(model=True)
+    options = cfg.search.options(model=True)
     for name in rescued:
-        sessions[name].finalize(options["finalists"], options["finalist_rounds"],
-                                options["finalists_cold"])
+        sessions[name].finalize(options.finalists, options.finalist_rounds,
+                                options.finalists_cold)
         run.settle(name)
     run.trials = sum(session.trials for session in sessions.values())
     run.handed = handed_out({t: s.trials for t, s in sessions.items()}, budgets)

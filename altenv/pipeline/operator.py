@@ -25,8 +25,8 @@ from ..files import write_json
 from ..measure.timing import summaries
 from ..ops import OpProgram, generate, run_numpy
 from ..records import plain_json
-from ..tuning import OpTask, TuningSession, tune
-from .checks import check_run, op_task
+from ..tuning import OpTask
+from .checks import check_run, make_job
 from .devices import open_measurer
 from .report import RunResult, speedups
 from .rundir import RunDir
@@ -38,18 +38,17 @@ def tune_workload(cfg: RunConfig, progress: bool = True, repair: bool = False) -
     (``repair``: bad lines of its records are moved aside, :class:`RecordDB`)."""
     run_dir = RunDir(cfg.run_dir)
     agent = check_run(cfg, tensorboard_log=str(run_dir.tensorboard))
-    task = op_task(cfg, cfg.workload, cfg.mapping)
-    budget = cfg.budget.stages
+    job = make_job(cfg.workload, cfg.epilogue, cfg.target, cfg.search, cfg.budget.stages,
+                   agent, cfg.mapping)
+    task = job.task
     with run_dir.open(cfg, repair) as db, \
             open_measurer(cfg.ray, cfg.measure, task.target) as measurer:
         db.keep_only({task.key}, f"run {cfg.name}")
         previous = len(db)
         start = time.perf_counter()
-        session = TuningSession(task, measurer, db, CostModel(seed=cfg.seed),
-                                check=cfg.search.check)
+        session = job.session(measurer, db, CostModel(seed=cfg.seed))
         log = TensorBoardLog(run_dir.tensorboard)
-        tune(session, agent, budget, **cfg.search.loop_options(),
-             progress=progress, callbacks=[log])
+        job.run(session, progress, callbacks=[log])
         log.close()
         run_dir.save_agent(agent)
         session.cost_model.save(run_dir.cost_model)

@@ -50,7 +50,7 @@ from ..records import RecordDB
 from ..suites import suite_specs
 from ..target import make_target
 from ..training import fit_cost_model, measure_corpus, ranking_report, record_examples
-from ..tuning import OpTask, TuningSession, tune
+from ..tuning import OpTask, TuningJob
 from .checks import check_run, load_user_model, op_task
 from .rundir import RunDir
 from .tensorboard import TensorBoardLog
@@ -188,11 +188,11 @@ def _workloads(cfg: TrainConfig, state: _State, agent: Any, cost_model: CostMode
     start = time.perf_counter()
     with create(None, cfg.measure, cfg.target) as measurer:
         for task in tasks:
-            session = TuningSession(task, measurer, db, shared, check=cfg.search.check)
+            job = TuningJob(task, agent, budget, cfg.search.options())
+            session = job.session(measurer, db, shared)
             if session.trials >= budget.total:
                 continue
-            best = tune(session, agent, budget, **cfg.search.loop_options(),
-                        progress=progress, callbacks=[log])
+            best = job.run(session, progress, callbacks=[log])
             agent.save(run_dir.checkpoint)
             print(f"{task.key}: best {best * 1e3:.4g} ms after {session.trials} trials")
     log.close()

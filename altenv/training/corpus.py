@@ -22,7 +22,7 @@ from ..costmodel import CostModel, extract_features
 from ..measure import MeasureConfig, create
 from ..records import Record, RecordDB
 from ..space import StaleRecordError
-from ..tuning import Budget, OpTask, TuningSession, freeze, tune
+from ..tuning import Budget, OpTask, SearchOptions, TuningJob, freeze
 
 
 def split_key(key: str) -> tuple[str, tuple[str, ...]]:
@@ -44,12 +44,13 @@ def measure_corpus(specs: Sequence[str], trials: int, records: Path, target: Any
         bar = tqdm(specs, desc="corpus", unit="workload", disable=not progress)
         for i, spec in enumerate(bar):
             task = OpTask(spec, target)
-            session = TuningSession(task, measurer, db, CostModel(seed=seed + i))
+            job = TuningJob(task, agent(seed + i), Budget(trials, 0),
+                            SearchOptions(batch=batch, top_k=top_k, finalists=0))
+            session = job.session(measurer, db, CostModel(seed=seed + i))
             before = session.trials
             if before >= trials:
                 continue
-            tune(session, agent(seed + i), Budget(trials, 0), batch=batch,
-                 top_k=top_k, progress=False, finalists=0)
+            job.run(session, progress=False)
             done += session.trials - before
             bar.set_postfix(workload=spec[:32], trials=session.trials)
     return done

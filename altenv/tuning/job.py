@@ -1,0 +1,78 @@
+"""A tuning job: one operator task, its agent, its budget and how it searches, built once.
+
+Every entry point that tunes an operator (``altenv tune``, each task of a model run,
+``altenv train``, the training corpus, ``bench ops`` cells, ``bench scale``) builds a
+:class:`TuningJob` and runs it, so a benchmark cell measures exactly what a user's run
+does: a changed default reaches all of them, or none.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from ..costmodel import CostModel
+from ..measure import Measurer
+from ..records import RecordDB
+from .budget import Budget
+from .loop import Agent, tune
+from .session import TuningSession
+from .task import OpTask
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """How a job searches a batch and picks its best (``search:`` of a config, resolved).
+
+    Parameters
+    ----------
+    batch, top_k : int
+        Candidates proposed per batch, and the cost model's best of them measured.
+    finalists, finalist_rounds : int
+        The fastest measured candidates re-timed side by side at the end (0: keep the
+        fastest at tuning time), and the interleaved rounds of that re-timing.
+    finalists_cold : bool
+        Re-time the finalists with their weights flushed from the CPU caches (as a network
+        runs them) rather than warm.
+    check : bool
+        Check every measured candidate against the reference (torch) on random inputs.
+    """
+
+    batch: int = 128
+    top_k: int = 8
+    finalists: int = 8
+    finalist_rounds: int = 3
+    finalists_cold: bool = False
+    check: bool = True
+
+
+@dataclass
+class TuningJob:
+    """An operator ``task`` tuned by ``agent`` within ``budget``, searching as ``search``
+    says. :meth:`run` is the one way altenv tunes an operator."""
+
+    task: OpTask
+    agent: Agent
+    budget: Budget
+    search: SearchOptions = field(default_factory=SearchOptions)
+
+    def replace(self, **changes: object) -> TuningJob:
+        """This job with some fields changed (e.g. another budget for the same task)."""
+        return dataclasses.replace(self, **changes)
+
+    def session(self, measurer: Measurer, db: RecordDB,
+                cost_model: CostModel | None = None) -> TuningSession:
+        """The measurement session of this job's task on ``measurer``, its records in ``db``
+        (a resumed session continues from them)."""
+        return TuningSession(self.task, measurer, db, cost_model, check=self.search.check)
+
+    def run(self, session: TuningSession, progress: bool = True,
+            callbacks: Sequence[Callable[[TuningSession], None]] = ()) -> float:
+        """Tune ``session`` (:meth:`session`) to the budget and re-time the finalists;
+        returns the best latency (s)."""
+        return tune(session, self.agent, self.budget, batch=self.search.batch,
+                    top_k=self.search.top_k, progress=progress, callbacks=callbacks,
+                    finalists=self.search.finalists,
+                    finalist_rounds=self.search.finalist_rounds,
+                    finalists_cold=self.search.finalists_cold)
