@@ -262,7 +262,7 @@ class RunConfig(_Run):
                              "(a zoo name, an .onnx file or file.py:factory)")
         if self.mapping != "none":
             check_generator(self.mapping)
-            if self.workload is None or not self.workload.endswith("dtype=int8"):
+            if self.workload is None or parse_workload(self.workload).dtype != "int8":
                 raise ValueError(f"mapping={self.mapping!r} maps int8 operators onto int8 dot "
                                  "products: give an int8 'workload' (…,dtype=int8)")
         if self.workload is not None and self.model_options:

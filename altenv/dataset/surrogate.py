@@ -35,9 +35,11 @@ LOOP_WIDTH = 96
 FLOOR = -8.0
 """The lowest label: ``log2`` of a throughput 256 times below the workload's best (and
 that of a failed program)."""
-PARAMS = {"max_depth": 8, "eta": 0.1, "subsample": 0.9, "colsample_bytree": 0.8,
+PARAMS = {"max_depth": 10, "eta": 0.1, "subsample": 0.9, "colsample_bytree": 0.5,
           "min_child_weight": 2, "objective": "reg:squarederror", "nthread": 1}
-ROUNDS = 300
+"""Deeper trees on half the columns each: held-out Spearman 0.802 mean over three splits of
+17 workloads, against 0.781 with depth 8 on 80 % of the columns."""
+ROUNDS = 400
 FILE = "surrogate.json"
 
 
