@@ -106,8 +106,7 @@ class RunDir:
         ``repair`` moves bad lines aside, :class:`~altenv.records.RecordDB`). Refuses to
         mix a different run into it (:data:`IDENTITY`)."""
         mine = cfg.model_dump(mode="json")
-        self.check()
-        make_dir(self.path)
+        make_dir(self.path)  # refuses a link; the lock refuses a linked .lock
         with DirLock(self.lock, f"run directory {self.path}"):
             self.check()  # as the lock holder: nothing changes it from here on
             if self.config.exists():  # before its records are read (or repaired)

@@ -302,8 +302,7 @@ def train(cfg: TrainConfig, progress: bool = True, repair: bool = False,
     tasks = [op_task(cfg, w) for w in cfg.workloads]
     for source in cfg.models:
         tasks += model_tasks(cfg, source)
-    run_dir.check()
-    state = _State(run_dir.train_state)  # a damaged one refused before anything is written
+    state = _State(run_dir.train_state)  # checked (check_run) and read before anything is written
     with run_dir.open(cfg, repair) as db:
         if cfg.corpus is not None:
             state["corpus_workloads"] = cfg.corpus.draw.draw(suite_specs())

@@ -8,7 +8,6 @@ does: a changed default reaches all of them, or none.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -56,10 +55,6 @@ class TuningJob:
     agent: Agent
     budget: Budget
     search: SearchOptions = field(default_factory=SearchOptions)
-
-    def replace(self, **changes: object) -> TuningJob:
-        """This job with some fields changed (e.g. another budget for the same task)."""
-        return dataclasses.replace(self, **changes)
 
     def session(self, measurer: Measurer, db: RecordDB,
                 cost_model: CostModel | None = None) -> TuningSession:
