@@ -1,5 +1,6 @@
 """Search strategies (agents) that drive altenv: a protocol, a registry and built-ins
-(``random``, ``ppo``; imported on first use)."""
+(``random``, ``evolution``, ``ppo``, ``heron_cga``, ``mind_mappings``; imported on first
+use). Their typed options (:mod:`agents.options`) are checked without importing them."""
 
 from .base import (
     Agent,
@@ -10,7 +11,8 @@ from .base import (
     create,
     options_model,
     register,
+    validate_options,
 )
 
 __all__ = ["Agent", "agent_class", "available", "build", "check_options", "create",
-           "options_model", "register"]
+           "options_model", "register", "validate_options"]

@@ -61,93 +61,15 @@ from altenv.tuning.session import TuningSession
 from altenv.tuning.task import Candidate, Factors, freeze
 
 from .base import Agent, register
+from .options import EvolutionOptions
 
 
 @register("evolution")
 class EvolutionAgent(Agent):
-    """Evolutionary search over the joint space, ranked by the session's cost model.
+    """Evolutionary search over the joint space, ranked by the session's cost model;
+    options: :class:`~agents.options.EvolutionOptions`."""
 
-    Parameters
-    ----------
-    seed:
-        Seed of sampling, mutation and exploration.
-    population:
-        Points kept per layout between generations.
-    generations:
-        Mutation rounds per batch.
-    children:
-        Children made per generation (split over the batch's layouts).
-    samples:
-        Fresh MetaSchedule samples per layout and batch.
-    elites:
-        Best measured points of a layout that join each batch's parents.
-    epsilon:
-        Share of each measured batch drawn at random from the fresh samples.
-    initial_layouts:
-        Layouts each given one batch at the start of the joint stage (the default layout
-        and vector-friendly draws from the template); ``None``: one per joint-stage batch,
-        so the joint stage only explores (4 when the agent runs without a budget).
-    initial_rounds:
-        Batches each initial layout gets before the joint stage narrows to the best two;
-        ``None``: 2 where the joint stage holds at least three such rounds, else 1. A
-        layout's first batch is picked by a cost model that has seen none of its points
-        (c2d_resnet_3x3's 8x8-channel-blocked layout ran 4.2 ms in its first batch, 2.6 ms
-        in its second and 1.36 ms in the end; one 400-trial run that saw only the first
-        batch never came back to it).
-    blocked_rounds:
-        Batches the vendor-style blocked layout gets in the joint stage at least, after
-        every initial layout had its first (more than ``initial_rounds`` gives it): its
-        first batch is picked by a cost model that has seen none of its points, and the
-        blocked layout is the one TVM's own x86 schedules choose.
-    layout_draws:
-        How the initial layouts are drawn: ``"solver"`` (RandSAT solutions of the layout
-        model) or ``"actions"`` (ALT's random layout actions, Eq. 2, kept when the layout
-        model allows them, so large tiles are likelier than small ones; the solver fills
-        up when ``DRAW_TRIES`` draws per layout find too few).
-    explore_layout:
-        Probability that a later joint-stage batch tries a neighbour of the best layout.
-    loop_search:
-        Search of the loop-only stage: ``"metaschedule"`` (MetaSchedule's
-        ``EvolutionarySearch`` on the best layout) or ``"evolution"`` (the joint stage's
-        evolution, kept on the best layout).
-    ms_population, ms_batch:
-        Population and candidates per iteration of the MetaSchedule loop search.
-    race_layouts:
-        Layouts (the joint stage's best) raced at the start of the loop-only stage; fewer
-        when the race would take more than half of that stage, none below two.
-    race_trials:
-        Trials each entrant gets per round of the race.
-    diversity:
-        Decisions in which two candidates of one measured batch differ at least while the
-        ranked batch offers enough such (:func:`spread`; 1: plain top-k).
-    stall_trials:
-        Trials of the loop-only stage without a new best after which it revisits the
-        runner-up layouts (counted from the end of the race, so that 200 trials, 140 of
-        them loop-only, never reach 128); ``None`` (the default): never. At 1000 trials on
-        alt9 128 was level on gmm_64x1280x960 and 6 % behind on c1d_512.
-    revisit_trials:
-        Trials of each runner-up's revisit, and of the best layout's turn between two.
-    layout_rank:
-        How layouts are ranked where the joint stage narrows to the best two and where the
-        race picks and halves its entrants: ``"measured"`` (by each layout's best measured
-        trial) or ``"predicted"`` (by the highest cost-model score over the layout's loop
-        population, evolved afresh for the ranking; a layout none of whose trials ran is
-        left out). A predicted ranking is made once per set of layouts in the race, so
-        that the race's rounds do not change as the model retrains (a resumed run ranks
-        again, with the model of its records).
-    cost_model:
-        What the session's cost model starts from: ``None``, nothing (it learns from the
-        run's own records; before its first training it ranks at random);
-        ``"pretrained"``, the shipped cross-workload model for the session's target
-        (:func:`altenv.pretrained.ppo_checkpoint`, the one the ``ppo`` agent continues);
-        or a checkpoint directory holding a ``costmodel.npz`` (``altenv train``'s
-        ``<run>/checkpoint``). Trees fitted to the run's records are added to it once it
-        has ``base_warmup`` (32) of them.
-    """
-
-    LOOP_SEARCHES = ("metaschedule", "evolution")
-    LAYOUT_DRAWS = ("solver", "actions")
-    LAYOUT_RANKS = ("measured", "predicted")
+    Options = EvolutionOptions
     DRAW_TRIES = 50
     """Layout actions drawn per wanted layout before the solver fills up."""
     STALL_GAIN = 0.01
@@ -155,61 +77,21 @@ class EvolutionAgent(Agent):
     gmm_64x1280x960 at 1000 trials a 0.1 % gain (0.7207 to 0.7200 ms, under the noise of
     one timing) put off the second runner-up's turn for 128 trials."""
 
-    def __init__(self, seed: int = 0, population: int = 64, generations: int = 3,
-                 children: int = 96, samples: int = 48, elites: int = 16,
-                 epsilon: float = 0.125, initial_layouts: int | None = 4,
-                 initial_rounds: int | None = None, blocked_rounds: int = 1,
-                 layout_draws: str = "solver",
-                 explore_layout: float = 0.25,
-                 loop_search: str = "metaschedule", ms_population: int = 512,
-                 ms_batch: int = 32, race_layouts: int = 4, race_trials: int = 8,
-                 diversity: int = 2, stall_trials: int | None = None,
-                 revisit_trials: int = 64, layout_rank: str = "measured",
-                 cost_model: str | None = None):
-        if not 0 <= epsilon <= 1:
-            raise ValueError(f"evolution: epsilon must be in [0, 1], got {epsilon}")
-        if initial_layouts is not None and initial_layouts < 1:
-            raise ValueError(f"evolution: initial_layouts must be >= 1 or None, "
-                             f"got {initial_layouts}")
-        if initial_rounds is not None and initial_rounds < 1:
-            raise ValueError(f"evolution: initial_rounds must be >= 1 or None, "
-                             f"got {initial_rounds}")
-        if blocked_rounds < 1:
-            raise ValueError(f"evolution: blocked_rounds must be >= 1, got {blocked_rounds}")
-        if layout_draws not in self.LAYOUT_DRAWS:
-            raise ValueError(f"evolution: layout_draws must be one of "
-                             f"{', '.join(self.LAYOUT_DRAWS)}, got {layout_draws!r}")
-        if race_layouts < 0 or race_trials < 1:
-            raise ValueError(f"evolution: race_layouts must be >= 0 and race_trials >= 1, "
-                             f"got {race_layouts} and {race_trials}")
-        if diversity < 1:
-            raise ValueError(f"evolution: diversity must be >= 1, got {diversity}")
-        if (stall_trials is not None and stall_trials < 1) or revisit_trials < 1:
-            raise ValueError(f"evolution: stall_trials must be >= 1 or None and "
-                             f"revisit_trials >= 1, got {stall_trials} and {revisit_trials}")
-        if layout_rank not in self.LAYOUT_RANKS:
-            raise ValueError(f"evolution: layout_rank must be one of "
-                             f"{', '.join(self.LAYOUT_RANKS)}, got {layout_rank!r}")
-        if loop_search not in self.LOOP_SEARCHES:
-            raise ValueError(f"evolution: loop_search must be one of "
-                             f"{', '.join(self.LOOP_SEARCHES)}, got {loop_search!r}")
-        if cost_model not in (None, pretrained.PRETRAINED) and pretrained.cost_model(
-                cost_model) is None:
-            raise ValueError(f"evolution: cost_model must be null, "
-                             f"{pretrained.PRETRAINED!r} or a checkpoint directory with a "
-                             f"{pretrained.COST_MODEL}, got {cost_model!r}")
-        self.cost_model, self.layout_rank = cost_model, layout_rank
+    def __init__(self, options: EvolutionOptions | None = None):
+        o = EvolutionOptions() if options is None else options
+        self.cost_model, self.layout_rank = o.cost_model, o.layout_rank
         self.loop_search, self.ms_population, self.ms_batch = (
-            loop_search, ms_population, ms_batch)
-        self.rng = np.random.default_rng(seed)
-        self.population, self.generations, self.children = population, generations, children
-        self.samples, self.elites, self.epsilon = samples, elites, epsilon
-        self.initial_layouts, self.explore_layout = initial_layouts, explore_layout
-        self.initial_rounds, self.blocked_rounds = initial_rounds, blocked_rounds
-        self.layout_draws = layout_draws
-        self.race_layouts, self.race_trials = race_layouts, race_trials
-        self.diversity = diversity
-        self.stall_trials, self.revisit_trials = stall_trials, revisit_trials
+            o.loop_search, o.ms_population, o.ms_batch)
+        self.rng = np.random.default_rng(o.seed)
+        self.population, self.generations, self.children = (
+            o.population, o.generations, o.children)
+        self.samples, self.elites, self.epsilon = o.samples, o.elites, o.epsilon
+        self.initial_layouts, self.explore_layout = o.initial_layouts, o.explore_layout
+        self.initial_rounds, self.blocked_rounds = o.initial_rounds, o.blocked_rounds
+        self.layout_draws = o.layout_draws
+        self.race_layouts, self.race_trials = o.race_layouts, o.race_trials
+        self.diversity = o.diversity
+        self.stall_trials, self.revisit_trials = o.stall_trials, o.revisit_trials
         self._task: str | None = None
         self._budget: Budget | None = None
         self._top_k = 0

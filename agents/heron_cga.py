@@ -47,49 +47,26 @@ from altenv.tuning.session import TuningSession
 from altenv.tuning.task import Candidate, Factors, OpTask, freeze
 
 from .base import Agent, register
+from .options import HeronCGAOptions
 
 
 @register("heron_cga")
 class HeronCGAAgent(Agent):
-    """Heron's constraint-based genetic algorithm.
+    """Heron's constraint-based genetic algorithm; options:
+    :class:`~agents.options.HeronCGAOptions`."""
 
-    Parameters
-    ----------
-    seed:
-        Seed of the solver's random searches, the selection and the mutation.
-    population:
-        Population size (``None``: the batch size the tuning loop asks for).
-    generations:
-        Generations evolved per ``propose`` call.
-    key_variables:
-        Key variables kept from the XGBoost importance ranking.
-    min_records:
-        Measured records needed before key variables are ranked (else all genes).
-    mutation_prob:
-        Each crossover constraint beyond the one Heron always drops is dropped with this
-        probability.
-    layouts:
-        Layouts drawn for the random part of a joint-stage population (the only new
-        layouts of a ``propose`` call: children inherit a parent's).
-    hardware:
-        Add the SIMD-length and cache-capacity constraints of the target.
-    """
+    Options = HeronCGAOptions
 
-    def __init__(self, seed: int = 0, population: int | None = None, generations: int = 2,
-                 key_variables: int = 8, min_records: int = 16, mutation_prob: float = 0.2,
-                 layouts: int = 4, hardware: bool = True):
-        if generations < 0 or key_variables < 1 or layouts < 1:
-            raise ValueError("generations >= 0, key_variables >= 1 and layouts >= 1")
-        if not 0.0 <= mutation_prob <= 1.0:
-            raise ValueError(f"mutation_prob must be in [0, 1], got {mutation_prob}")
-        self.rng = np.random.default_rng(seed)
-        self.population = population
-        self.generations = generations
-        self.key_variables = key_variables
-        self.min_records = min_records
-        self.mutation_prob = mutation_prob
-        self.layouts = layouts
-        self.hardware = hardware
+    def __init__(self, options: HeronCGAOptions | None = None):
+        o = HeronCGAOptions() if options is None else options
+        self.rng = np.random.default_rng(o.seed)
+        self.population = o.population
+        self.generations = o.generations
+        self.key_variables = o.key_variables
+        self.min_records = o.min_records
+        self.mutation_prob = o.mutation_prob
+        self.layouts = o.layouts
+        self.hardware = o.hardware
         self._task: OpTask | None = None
         self._layout_model: LayoutConstraints | None = None
         self._pop: list[Candidate] = []

@@ -29,6 +29,7 @@ from altenv.tuning.task import Candidate, Factors, freeze
 
 from .base import Agent, register
 from .mm_surrogate import CandidateCodec, Surrogate, normalized_costs
+from .options import MindMappingsOptions, RandomOptions
 from .random import RandomAgent
 
 CHECKPOINT_FILE = "surrogate.pt"
@@ -89,60 +90,34 @@ def gradient_search(codec: CandidateCodec, surrogate: Surrogate, starts: Sequenc
 
 @register("mind_mappings")
 class MindMappingsAgent(Agent):
-    """Mind Mappings search: an MLP surrogate and projected gradient descent.
+    """Mind Mappings search: an MLP surrogate and projected gradient descent; options:
+    :class:`~agents.options.MindMappingsOptions`."""
 
-    Parameters
-    ----------
-    seed:
-        Seed of the surrogate's weights, the chains and the random draws.
-    checkpoint:
-        A surrogate written by :meth:`save` (its directory or the ``surrogate.pt`` file),
-        e.g. pretrained across workloads; ``None`` starts untrained.
-    hidden_sizes:
-        Hidden layer widths of a new surrogate (a checkpoint brings its own).
-    chains, steps:
-        Parallel descent chains and gradient steps per proposed batch.
-    step_size:
-        The descent's learning rate: how far (in encoded units) the entry of largest
-        gradient moves per step.
-    injection_period, temperature, anneal:
-        Random injections every ``injection_period`` steps (0: none), accepted by
-        simulated annealing at ``temperature`` (normalized-cost units), which is
-        multiplied by ``anneal`` after every batch.
-    learning_rate, epochs:
-        Surrogate training: Adam learning rate and passes over the records after each
-        measured batch.
-    min_records:
-        Successful measurements (of any workload) needed before a surrogate without
-        checkpoint is trusted; until then batches are random (as the ``random`` agent's).
-    best_starts:
-        Fraction of the chains started at the best measured candidates.
-    """
+    Options = MindMappingsOptions
 
-    def __init__(self, seed: int = 0, checkpoint: str | None = None,
-                 hidden_sizes: Sequence[int] = (256, 128), chains: int = 8, steps: int = 16,
-                 step_size: float = 0.1, injection_period: int = 8, temperature: float = 0.5,
-                 anneal: float = 0.9, learning_rate: float = 1e-3, epochs: int = 30,
-                 min_records: int = 8, best_starts: float = 0.25):
+    def __init__(self, options: MindMappingsOptions | None = None):
+        o = MindMappingsOptions() if options is None else options
+        seed = o.seed
         self.seed = seed
         self.rng = np.random.default_rng(seed)
-        self.chains, self.steps, self.step_size = chains, steps, step_size
-        self.injection_period, self.temperature, self.anneal = injection_period, temperature, anneal
-        self.learning_rate, self.epochs = learning_rate, epochs
-        self.min_records, self.best_starts = min_records, best_starts
-        self.pretrained = checkpoint is not None
-        if checkpoint is not None:
-            path = Path(checkpoint)
+        self.chains, self.steps, self.step_size = o.chains, o.steps, o.step_size
+        self.injection_period, self.temperature, self.anneal = (
+            o.injection_period, o.temperature, o.anneal)
+        self.learning_rate, self.epochs = o.learning_rate, o.epochs
+        self.min_records, self.best_starts = o.min_records, o.best_starts
+        self.pretrained = o.checkpoint is not None
+        if o.checkpoint is not None:
+            path = Path(o.checkpoint)
             self.surrogate = Surrogate.load(path / CHECKPOINT_FILE if path.is_dir() else path,
                                             seed=seed)
         else:
-            self.surrogate = Surrogate(hidden_sizes, seed=seed)
+            self.surrogate = Surrogate(o.hidden_sizes, seed=seed)
         self.data: dict[str, dict[Candidate, tuple[np.ndarray, float]]] = {}
         """Per workload key: successful candidates, their encodings and latencies."""
-        self._random = RandomAgent(seed)
+        self._random = RandomAgent(RandomOptions(seed=seed))
         self._session: TuningSession | None = None
         self._codec: CandidateCodec | None = None
-        self._temperature = temperature
+        self._temperature = o.temperature
 
     # ----------------------------------------------------------------- data
     def setup(self, session: TuningSession) -> None:

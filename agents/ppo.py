@@ -48,6 +48,7 @@ from envs.cross import ACTION_NVEC, OBS_SIZE, PHASE, CrossExplorationEnv
 from .base import Agent, register
 from .checkpoint import check_policy, has_policy, load_policy, save_policy
 from .masked_heads import MaskedHeads
+from .options import PPOOptions
 
 FOREVER = 10**9
 PRETRAINED = pretrained.PRETRAINED
@@ -92,9 +93,7 @@ class ActorWeights(BaseCallback):
 
     def __init__(self, layout_share: float):
         super().__init__()
-        if not 0.0 < layout_share < 1.0:
-            raise ValueError(f"layout_share must be in (0, 1), got {layout_share}")
-        self.layout_share = layout_share
+        self.layout_share = layout_share  # in (0, 1): PPOOptions.layout_share
 
     def _on_step(self) -> bool:
         return True
@@ -137,82 +136,39 @@ def resolve_policy_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 @register("ppo")
 class PPOAgent(Agent):
-    """ALT's cross exploration with one masked PPO actor-critic.
+    """ALT's cross exploration with one masked PPO actor-critic; options:
+    :class:`~agents.options.PPOOptions`."""
 
-    Parameters
-    ----------
-    seed:
-        Seed of the model and the environments.
-    checkpoint:
-        ``"pretrained"`` (the shipped checkpoint made on the run's CPU, or on one with SIMD
-        registers as wide: :func:`altenv.pretrained.ppo_checkpoint`), a directory written
-        by :meth:`save` or ``altenv train``, or ``None`` (no pretraining).
-    episode_layouts, loop_rounds, walk_length:
-        Layout visits per episode, sampled rounds per visit and loop steps per round
-        (``altenv/CrossExploration-v0``).
-    n_steps, batch_size, n_epochs, learning_rate, gamma, gae_lambda, ent_coef:
-        PPO hyper-parameters (SB3's meanings); ``n_steps`` environment steps per update.
-    policy, policy_kwargs:
-        SB3's policy (``"MlpPolicy"`` or ``"module:Class"``, a ``MaskableActorCriticPolicy``
-        subclass) and its keyword arguments (``activation_fn`` by name, ``*_class`` entries
-        as ``"module:Class"``), e.g. a features extractor of one's own.
-    zero_shot_budget, zero_shot_seconds, zero_shot_prior:
-        Budgets up to ``zero_shot_budget`` trials are tuned without learning: the policy
-        searches the cost model for ``zero_shot_seconds``, then the best predicted few
-        are measured; a ``zero_shot_prior`` share of the search time and of the measured
-        trials goes to the vendor-style blocked layout (:meth:`zero_shot`).
-    learn:
-        Whether the policy keeps learning during a run (``False``: it only acts).
-    tensorboard_log:
-        Directory for SB3's TensorBoard logs.
-    hardware_constraints:
-        Layouts obey the SIMD-length layout constraints that ``evolution`` samples under
-        (masked bins; constraints between knobs by projecting the layout actor's choice).
-    mutations:
-        Random neighbours of the layout's best measured points added to each round's
-        sampled batch, so the loop actors' walks can start next to what measured best.
-    layout_share:
-        Share of each update's policy loss carried by the layout actor's steps
-        (:class:`ActorWeights`, as ALT's separate actor losses); ``None``: every step
-        weighs the same (SB3's PPO, where layout steps are about 1/33 of the steps).
-    """
+    Options = PPOOptions
 
-    def __init__(self, seed: int = 0, checkpoint: str | None = PRETRAINED,
-                 episode_layouts: int = 4, loop_rounds: int = 2, walk_length: int = 16,
-                 n_steps: int = 64, batch_size: int = 64, n_epochs: int = 4,
-                 learning_rate: float = 3e-4, gamma: float = 0.99, gae_lambda: float = 0.95,
-                 ent_coef: float = 0.01, policy: str = "MlpPolicy",
-                 policy_kwargs: dict[str, Any] | None = None, zero_shot_budget: int = 16,
-                 zero_shot_seconds: float = 10.0, zero_shot_prior: float = 0.25,
-                 learn: bool = True,
-                 tensorboard_log: str | None = None, hardware_constraints: bool = True,
-                 mutations: int = 0, layout_share: float | None = 0.5):
-        self.seed = seed
-        self.env_options = {"episode_layouts": episode_layouts, "loop_rounds": loop_rounds,
-                            "walk_length": walk_length,
-                            "hardware_constraints": hardware_constraints,
-                            "mutations": mutations}
-        self.ppo_options = {"n_steps": n_steps, "batch_size": batch_size, "n_epochs": n_epochs,
-                            "learning_rate": learning_rate, "gamma": gamma,
-                            "gae_lambda": gae_lambda, "ent_coef": ent_coef,
-                            "normalize_advantage": layout_share is None}
-        self.weights = None if layout_share is None else ActorWeights(layout_share)
-        self.policy_name = policy
-        self.policy_kwargs = dict(DEFAULT_POLICY_KWARGS if policy_kwargs is None
-                                  else policy_kwargs)
-        if not 0.0 <= zero_shot_prior <= 1.0:
-            raise ValueError(f"zero_shot_prior must be in [0, 1], got {zero_shot_prior}")
-        self.zero_shot_budget, self.zero_shot_seconds = zero_shot_budget, zero_shot_seconds
-        self.zero_shot_prior = zero_shot_prior
-        self.learn_in_run = learn
-        self.tensorboard_log = tensorboard_log
+    def __init__(self, options: PPOOptions | None = None):
+        o = PPOOptions() if options is None else options
+        checkpoint = o.checkpoint
+        self.seed = o.seed
+        self.env_options = {"episode_layouts": o.episode_layouts, "loop_rounds": o.loop_rounds,
+                            "walk_length": o.walk_length,
+                            "hardware_constraints": o.hardware_constraints,
+                            "mutations": o.mutations}
+        self.ppo_options = {"n_steps": o.n_steps, "batch_size": o.batch_size,
+                            "n_epochs": o.n_epochs, "learning_rate": o.learning_rate,
+                            "gamma": o.gamma, "gae_lambda": o.gae_lambda,
+                            "ent_coef": o.ent_coef,
+                            "normalize_advantage": o.layout_share is None}
+        self.weights = None if o.layout_share is None else ActorWeights(o.layout_share)
+        self.policy_name = o.policy
+        self.policy_kwargs = dict(DEFAULT_POLICY_KWARGS if o.policy_kwargs is None
+                                  else o.policy_kwargs)
+        self.zero_shot_budget, self.zero_shot_seconds = o.zero_shot_budget, o.zero_shot_seconds
+        self.zero_shot_prior = o.zero_shot_prior
+        self.learn_in_run = o.learn
+        self.tensorboard_log = o.tensorboard_log
         self.shipped = checkpoint == PRETRAINED
         self.model: MaskablePPO | None = None
         self._use_checkpoint(self._checkpoint_dir(checkpoint))
         if self.checkpoint is not None and not self.shipped:  # checked before a run starts
             check_policy(self.checkpoint, self._expected(), self._policy_shapes())
         self.updates: dict[str, int] = {"joint": 0, "loop": 0, "pretrain": 0}
-        self.rng = np.random.default_rng(seed)
+        self.rng = np.random.default_rng(o.seed)
         self._warned: set[str] = set()
 
     def _use_checkpoint(self, path: Path | None) -> None:

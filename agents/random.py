@@ -13,20 +13,18 @@ from altenv.tuning.session import TuningSession
 from altenv.tuning.task import Candidate, Factors
 
 from .base import Agent, register
+from .options import RandomOptions
 
 
 @register("random")
 class RandomAgent(Agent):
-    """Random search.
+    """Random search; options: :class:`~agents.options.RandomOptions`."""
 
-    Parameters
-    ----------
-    seed:
-        Seed of the layout and loop-point draws.
-    """
+    Options = RandomOptions
 
-    def __init__(self, seed: int = 0):
-        self.rng = np.random.default_rng(seed)
+    def __init__(self, options: RandomOptions | None = None):
+        options = RandomOptions() if options is None else options
+        self.rng = np.random.default_rng(options.seed)
 
     def propose(self, session: TuningSession, n: int, layout: Factors | None
                 ) -> list[Candidate]:

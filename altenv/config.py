@@ -9,12 +9,14 @@ from __future__ import annotations
 import re
 import string
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     Field,
+    PlainSerializer,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -26,15 +28,15 @@ import agents
 from .cluster.settings import RaySettings
 from .errors import UserError
 from .files import UnsafeFileError, read_text
-from .mapping.space import check_generator
-from .measure import MeasureConfig
-from .ops import KINDS, Epilogue, parse_workload
-from .ops.draw import draw_workloads
-from .ops.expr import DEFAULT_FAST_MATH
+from .measure.config import MeasureConfig
+from .ops.epilogue import DEFAULT_FAST_MATH, Epilogue
+from .ops.workload import KINDS, Workload, parse_workload
 from .strict import Strict
-from .target import check_target
-from .tuning import Budget, SearchOptions
+from .tuning.budget import Budget
 from .yamlfile import MAX_BYTES, load_yaml
+
+if TYPE_CHECKING:
+    from .tuning.job import SearchOptions
 
 Seed = Annotated[int, Field(ge=0, lt=2**31)]
 """A seed of numpy, torch and XGBoost alike."""
@@ -60,12 +62,19 @@ DirName = Annotated[str, AfterValidator(_dir_name)]
 
 
 def _target(value: str | dict[str, Any]) -> str | dict[str, Any]:
-    check_target(value)
+    if isinstance(value, dict) and not isinstance(value.get("kind"), str):
+        raise ValueError("a target dict needs a 'kind' (e.g. {kind: llvm, mcpu: znver3, "
+                         "num-cores: 2})")
+    if isinstance(value, str) and not value.strip():
+        raise ValueError("an empty target; allowed: 'cpu' (this host), 'cuda', or a TVM "
+                         "target dict")
     return value
 
 
 TargetSpec = Annotated[str | dict[str, Any], AfterValidator(_target)]
-"""``cpu`` (this host), ``cuda``, or a TVM target dict (:func:`altenv.target.make_target`)."""
+"""``cpu`` (this host), ``cuda``, or a TVM target dict (:func:`altenv.target.make_target`).
+Reading a config checks its form only; what TVM makes of it is checked with the device
+before a run starts (:func:`altenv.pipeline.checks.check_device`)."""
 
 
 class BudgetConfig(Strict):
@@ -130,7 +139,11 @@ class AgentConfig(Strict):
     (``docs/agents.md``, "The evolution agent")."""
 
     name: str = "evolution"
-    options: dict[str, Any] = Field(default_factory=dict)
+    #: as given in the config; a built-in agent's become its typed options
+    #: (:mod:`agents.options`) here, validated once, and are written back as given
+    options: Annotated[dict[str, Any] | BaseModel, PlainSerializer(
+        lambda v: v.model_dump(exclude_unset=True) if isinstance(v, BaseModel) else v)
+    ] = Field(default_factory=dict)
 
     @field_validator("name")
     @classmethod
@@ -144,17 +157,22 @@ class AgentConfig(Strict):
 
     @field_validator("options")
     @classmethod
-    def _options(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
-        """Options of a registered agent are checked against its typed options
-        (:func:`agents.check_options`) here, not hours later when the agent is built.
-        ``module:Class`` agents are user code: they are imported and checked before a run
-        starts (:func:`altenv.pipeline.checks.check_run`), never while a config is only read (an
-        exported run's ``config.yaml`` is data)."""
+    def _options(cls, value: dict[str, Any] | BaseModel, info: ValidationInfo
+                 ) -> dict[str, Any] | BaseModel:
+        """Options of a registered agent are validated by its typed options
+        (:func:`agents.validate_options`, which imports no agent) here, not hours later when
+        the agent is built. ``module:Class`` agents are user code: they are imported and
+        checked before a run starts (:func:`altenv.pipeline.checks.check_run`), never while a
+        config is only read (an exported run's ``config.yaml`` is data)."""
         name = info.data.get("name")
-        if name is None or ":" in name:
+        if name is None or ":" in name or isinstance(value, BaseModel):
             return value
-        agents.check_options(agents.agent_class(name), value, name)
-        return value
+        return agents.validate_options(name, value)
+
+    @property
+    def given(self) -> dict[str, Any]:
+        """The options as the config gives them."""
+        return self.model_dump(mode="json")["options"]
 
 
 class SearchConfig(Strict):
@@ -190,6 +208,8 @@ class SearchConfig(Strict):
     def options(self, model: bool = False) -> SearchOptions:
         """What these settings make of a :class:`~altenv.tuning.TuningJob`'s search, for a
         task of a model run (``model``: finalists cold under ``auto``) or an operator run."""
+        from .tuning.job import SearchOptions  # the tuning machinery: only for a job
+
         cold = self.finalist_caches == "cold" or (self.finalist_caches == "auto" and model)
         return SearchOptions(batch=self.batch, top_k=self.top_k, finalists=self.finalists,
                              finalist_rounds=self.finalist_rounds, finalists_cold=cold,
@@ -219,14 +239,16 @@ class _Run(Strict):
         return Path(self.output_dir) / self.name
 
 
-def _spec(value: str) -> str:
-    return str(parse_workload(value))
+WorkloadSpec = Annotated[Workload, BeforeValidator(parse_workload),
+                         PlainSerializer(str, return_type=str)]
+"""A workload: a spec string (or ``altenv://<dataset>/<name>``) parsed once, where the config
+is read; written back (``config.yaml``, ``model_dump``) as its canonical spec."""
 
 
 class RunConfig(_Run):
     """One tuning run (``altenv tune CONFIG``)."""
 
-    workload: str | None = None
+    workload: WorkloadSpec | None = None
     model: str | None = None
     model_options: dict[str, Any] = Field(default_factory=dict)
     mapping: Literal["none", "amos", "cp_embedding"] = "none"
@@ -250,19 +272,13 @@ class RunConfig(_Run):
                 data = {**data, "budget": BudgetConfig.split(budget, OTHERS_SHARE).model_dump()}
         return data
 
-    @field_validator("workload")
-    @classmethod
-    def _workload(cls, value: str | None) -> str | None:
-        return None if value is None else _spec(value)
-
     @model_validator(mode="after")
     def _one_source(self) -> RunConfig:
         if (self.workload is None) == (self.model is None):
             raise ValueError("give exactly one of 'workload' (a spec string) and 'model' "
                              "(a zoo name, an .onnx file or file.py:factory)")
         if self.mapping != "none":
-            check_generator(self.mapping)
-            if self.workload is None or parse_workload(self.workload).dtype != "int8":
+            if self.workload is None or self.workload.dtype != "int8":
                 raise ValueError(f"mapping={self.mapping!r} maps int8 operators onto int8 dot "
                                  "products: give an int8 'workload' (…,dtype=int8)")
         if self.workload is not None and self.model_options:
@@ -295,6 +311,8 @@ class DrawConfig(Strict):
         return value
 
     def draw(self, exclude: set[str]) -> list[str]:
+        from .ops.draw import draw_workloads  # sizes operators with torch: only when drawn
+
         return draw_workloads(self.count, self.seed, self.kinds or KINDS, self.max_gflop,
                               exclude)
 
@@ -344,18 +362,13 @@ class TrainConfig(_Run):
     to ``publish`` when given; ``{mcpu}`` there is the target's CPU (the shipped
     checkpoints: ``altenv/pretrained/ppo/{mcpu}``, one per CPU they were made on)."""
 
-    workloads: list[str] = Field(default_factory=list)
+    workloads: list[WorkloadSpec] = Field(default_factory=list)
     models: list[str] = Field(default_factory=list)
     model_options: dict[str, Any] = Field(default_factory=dict)
     corpus: CorpusConfig | None = None
     pretrain: PretrainConfig | None = None
     publish: str | None = None
     agent: AgentConfig = Field(default_factory=lambda: AgentConfig(name="ppo"))
-
-    @field_validator("workloads")
-    @classmethod
-    def _workloads(cls, value: list[str]) -> list[str]:
-        return [_spec(w) for w in value]
 
     @field_validator("publish")
     @classmethod
@@ -404,17 +417,12 @@ class DatasetConfig(Strict):
     output: str
     draw: DrawConfig | None = None
     models: list[str] = Field(default_factory=list)
-    workloads: list[str] = Field(default_factory=list)
+    workloads: list[WorkloadSpec] = Field(default_factory=list)
     collection: CollectionConfig = Field(default_factory=CollectionConfig)
     target: TargetSpec = "cpu"
     measure: MeasureConfig = Field(default_factory=lambda: MeasureConfig(
         number=1, repeat=1, min_repeat_ms=10))
     seed: Seed = 0
-
-    @field_validator("workloads")
-    @classmethod
-    def _workloads(cls, value: list[str]) -> list[str]:
-        return [_spec(w) for w in value]
 
     @model_validator(mode="after")
     def _something(self) -> DatasetConfig:

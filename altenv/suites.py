@@ -22,9 +22,17 @@ from pydantic import Field, PositiveInt, field_validator, model_validator
 import agents
 
 from .cluster.settings import RaySettings
-from .config import AgentConfig, ConfigError, DirName, SearchConfig, TargetSpec, load_config
+from .config import (
+    AgentConfig,
+    ConfigError,
+    DirName,
+    SearchConfig,
+    TargetSpec,
+    WorkloadSpec,
+    load_config,
+)
 from .measure import MeasureConfig
-from .ops import Epilogue, parse_workload
+from .ops import Epilogue
 from .strict import Strict
 
 SUITE_DIR = Path(__file__).resolve().parents[1] / "configs" / "bench"
@@ -40,14 +48,9 @@ class OpEntry(Strict):
     """One operator workload: ``name`` (a short label), ``spec`` and fused ``epilogue``."""
 
     name: DirName
-    spec: str
+    spec: WorkloadSpec
     epilogue: list[Epilogue] = Field(default_factory=list)
     note: str = ""
-
-    @field_validator("spec")
-    @classmethod
-    def _spec(cls, value: str) -> str:
-        return str(parse_workload(value))
 
 
 class NetEntry(Strict):
@@ -183,5 +186,5 @@ def suite_specs() -> set[str]:
     specs: set[str] = set()
     for path in sorted(SUITE_DIR.glob("*.yaml")):
         suite = load_config(path, BenchSuite)
-        specs.update(e.spec for e in suite.workloads)
+        specs.update(str(e.spec) for e in suite.workloads)
     return specs

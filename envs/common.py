@@ -35,6 +35,7 @@ from altenv.ops.templates import Template
 from altenv.records import RecordDB
 from altenv.space import LoopPoint, LoopSpace
 from altenv.tuning import Candidate, OpTask, TuningSession, freeze
+from altenv.tuning.job import open_session
 from altenv.tuning.task import Factors
 
 REWARD_SOURCES = ("measure", "cost_model")
@@ -201,8 +202,7 @@ class Backend:
                 self._db_path = Path(self._tmpdir) / "records.jsonl"
             db = RecordDB(self._db_path)
             self._owned.append(db)
-            self._session = TuningSession(self.task, self._measurer, db,
-                                          cost_model=self.cost_model)
+            self._session = open_session(self.task, self._measurer, db, self.cost_model)
         return self._session
 
     # ------------------------------------------------------------------ evaluation

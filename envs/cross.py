@@ -4,10 +4,12 @@ so that one policy holds the layout actor, the loop actors and their shared crit
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
@@ -91,7 +93,220 @@ def factors_from_bins(template: LayoutTemplate, bins: Sequence[int]) -> dict[str
     return out
 
 
-class CrossExplorationEnv(TuningEnv):
+class CrossExplorationBase(gym.Env, ABC):
+    """The episodes of ``CrossExploration-v0``, whatever scores their points: the spaces,
+    layout and loop steps, a visit's rounds, masks, observation, rewards and episode end
+    that :class:`CrossExplorationEnv` documents. Its subclasses, that env and its dataset
+    replay (:class:`envs.cross_replay.CrossExplorationReplayEnv`), supply the workloads,
+    the layout template (``template``), the visit's layout (``factors``) and loop space,
+    and the scores of its points: the abstract methods below."""
+
+    metadata = {"render_modes": ["ansi"], "render_fps": 4}
+    template: LayoutTemplate
+    factors: Factors | Mapping[str, int]
+    fixed: Factors | None = None
+    """The fixed layout of the loop-only stage; None: visits start with a layout step."""
+    layout_constraints: LayoutConstraints | None = None
+    """Constraints a layout step's factors are projected onto and the masks obey."""
+    _workload_features: np.ndarray
+    """The workload's part of the observation (``workload_features``)."""
+
+    def __init__(self, episode_layouts: int, loop_rounds: int, walk_length: int, batch: int,
+                 render_mode: str | None):
+        if render_mode not in (None, *self.metadata["render_modes"]):
+            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        if min(episode_layouts, loop_rounds, walk_length, batch) < 1:
+            raise ValueError("episode_layouts, loop_rounds, walk_length and batch must be >= 1")
+        self.episode_layouts, self.loop_rounds, self.walk_length, self.batch = (
+            episode_layouts, loop_rounds, walk_length, batch)
+        self.render_mode = render_mode
+        self.action_space = spaces.MultiDiscrete(np.array(ACTION_NVEC))
+        self.observation_space = spaces.Box(0.0, 1.0, (OBS_SIZE,), dtype=np.float32)
+        self.point: Any = None
+        self._visit = self._round = self._walked = 0
+        self._score = self._best = 0.0
+        self._summary = np.zeros(2 * FEATURES, dtype=np.float32)
+        self._last: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ what a subclass supplies
+    @abstractmethod
+    def _start_episode(self) -> str:
+        """Draw the episode's workload (``template``, ``factors`` and ``_workload_features``
+        of its start); its name for ``info["workload"]``."""
+
+    @abstractmethod
+    def _enter(self, factors: Mapping[str, int] | Factors, info: dict[str, Any]) -> None:
+        """Make the layout of ``factors`` the visit's (``factors`` and its loop space),
+        noting it in a layout step's ``info``."""
+
+    @abstractmethod
+    def _round_points(self) -> list[Any]:
+        """A round's batch of points of the visit's layout."""
+
+    @abstractmethod
+    def _scores(self, points: list[Any], info: dict[str, Any] | None = None
+                ) -> tuple[list[Any], np.ndarray]:
+        """The ones of ``points`` that have a score and their scores (clipped to
+        :data:`MAX_SCORE`); a loop step's ``info`` notes how its point was scored."""
+
+    @abstractmethod
+    def _summary_of(self, point: Any) -> np.ndarray:
+        """The feature summary of a scored point (``2 * FEATURES`` entries)."""
+
+    @abstractmethod
+    def _move(self, point: Any, directions: np.ndarray) -> Any:
+        """``point`` with every subspace moved one step in its direction."""
+
+    @abstractmethod
+    def _encode(self, point: Any) -> np.ndarray:
+        """The point's encoding (``LoopSpace.encode``)."""
+
+    @abstractmethod
+    def _loop_nvec(self) -> Sequence[int]:
+        """Directions of each subspace of the visit's loop space."""
+
+    # ------------------------------------------------------------------ gym API
+    @property
+    def layout_phase(self) -> bool:
+        """Whether the next step is a layout step."""
+        return self.point is None
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        self._visit, self.point = 0, None
+        self._key = self._start_episode()
+        if self.fixed is not None:
+            self._start_visit(self.fixed, {})
+        info: dict[str, Any] = {"workload": self._key}
+        self._last = info
+        return self._observe(), info
+
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        action = checked_action(self.action_space, action, HEAD_NAMES)
+        info: dict[str, Any] = {}
+        if self.layout_phase:
+            factors = factors_from_bins(self.template, action[:len(SLOTS)])
+            constraints = self.layout_constraints
+            if constraints is not None:
+                factors = constraints.nearest(factors)
+            self._start_visit(factors, info)
+            reward = self._best  # the visit's first batch
+        else:
+            reward = self._walk(action[len(SLOTS):], info)
+        truncated = self._visit >= self.episode_layouts
+        info["score"] = self._score
+        self._last = info
+        return self._observe(), float(reward), False, truncated, info
+
+    def action_masks(self) -> np.ndarray:
+        """Flat bool mask over the heads (sb3-contrib's ``MaskablePPO``)."""
+        masks = np.zeros((len(SLOTS) * BINS + MAX_SUBSPACES * MAX_DIRECTIONS,), dtype=bool)
+        layout = masks[:len(SLOTS) * BINS].reshape(len(SLOTS), BINS)
+        loop = masks[len(SLOTS) * BINS:].reshape(MAX_SUBSPACES, MAX_DIRECTIONS)
+        layout[:, 0] = loop[:, 0] = True
+        if self.layout_phase:
+            constraints = self.layout_constraints
+            for knob in self.template.knobs:
+                legal = (constraints.knob_values(knob.name)
+                         if constraints is not None and knob.level == 0 else None)
+                layout[SLOTS.index(knob.name)] = [
+                    c is not None and (legal is None or c in legal) or b == 0
+                    for b, c in enumerate(bin_choices(knob.extent))]
+        else:
+            for i, n in enumerate(self._loop_nvec()[:MAX_SUBSPACES]):
+                loop[i, :min(int(n), MAX_DIRECTIONS)] = True
+        return masks
+
+    def render(self) -> str | None:
+        if self.render_mode != "ansi":
+            return None
+        last = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                         for k, v in self._last.items())
+        return (f"visit {self._visit}/{self.episode_layouts} round {self._round} step "
+                f"{self._walked}: {last}\n")
+
+    # ------------------------------------------------------------------ visits
+    def _start_visit(self, factors: Mapping[str, int] | Factors, info: dict[str, Any]) -> None:
+        self._enter(factors, info)
+        self._round, self._best = 0, 0.0
+        self._sample_round()
+
+    def _sample_round(self) -> None:
+        """A round's batch (and the point so far); the walk starts from its best-scored
+        point. A layout without a scored point ends the visit."""
+        points = self._round_points()
+        if self.point is not None:
+            points.append(self.point)
+        points, scores = self._scores(points)
+        if not points:
+            if self.fixed is not None:
+                raise RuntimeError(f"{self._key}: no valid loop point in {self.batch} "
+                                   f"samples of the fixed layout {dict(self.fixed)}")
+            self.point, self._score, self._walked = None, 0.0, 0
+            self._end_visit()
+            return
+        i = int(np.argmax(scores))
+        self.point, self._score, self._walked = points[i], float(scores[i]), 0
+        self._summary = self._summary_of(self.point)
+        self._best = max(self._best, self._score)
+
+    def _walk(self, directions: np.ndarray, info: dict[str, Any]) -> float:
+        """One loop step; returns its reward."""
+        before = self._best
+        self.point = self._move(self.point, directions)
+        scored, scores = self._scores([self.point], info)
+        if scored:
+            self._score = float(scores[0])
+            self._summary = self._summary_of(self.point)
+            self._best = max(self._best, self._score)
+        self._walked += 1
+        reward = self._best - before
+        if self._walked >= self.walk_length:
+            self._round += 1
+            if self._round < self.loop_rounds:
+                seen = self._best
+                self._sample_round()
+                reward += self._best - seen
+            else:
+                reward += self._end_visit(info)
+        return reward
+
+    def _end_visit(self, info: dict[str, Any] | None = None) -> float:
+        """Close a visit; the reward its last step earns besides its score gain (none
+        here). Then the next layout step (or, with a fixed layout, the next visit's first
+        round)."""
+        self._visit += 1
+        self.point = None
+        if self.fixed is not None and self._visit < self.episode_layouts:
+            self._start_visit(self.fixed, {})
+        return 0.0
+
+    # ------------------------------------------------------------------ observation
+    def _observe(self) -> np.ndarray:
+        obs = np.zeros(OBS_SIZE, dtype=np.float32)
+        loop = not self.layout_phase
+        obs[PHASE] = float(not loop)
+        obs[1] = self._walked / self.walk_length if loop else 0.0
+        obs[2] = self._visit / self.episode_layouts
+        at = 3
+        obs[at:at + WORKLOAD_FEATURES] = self._workload_features
+        at += WORKLOAD_FEATURES
+        chosen = dict(self.factors)
+        for knob in self.template.knobs:
+            s = at + 3 * SLOTS.index(knob.name)
+            obs[s:s + 3] = (min(math.log2(chosen[knob.name]) / BINS, 1.0),
+                            min(math.log2(knob.extent) / BINS, 1.0), 1.0)
+        at += 3 * len(SLOTS)
+        if loop:
+            encoded = self._encode(self.point)[:MAX_VECTOR]
+            obs[at:at + len(encoded)] = encoded
+            obs[at + MAX_VECTOR:at + MAX_VECTOR + 2 * FEATURES] = self._summary
+            obs[-2:] = (self._score / MAX_SCORE, self._best / MAX_SCORE)
+        return np.clip(obs, 0.0, 1.0)
+
+
+class CrossExplorationEnv(CrossExplorationBase, TuningEnv):
     """Layouts and loops explored by one policy, as ALT's cross exploration (§5.2).
 
     ## Description
@@ -193,11 +408,9 @@ class CrossExplorationEnv(TuningEnv):
                  cost_model: CostModel | str | Path | None = None,
                  reference_latency: float | None = None, hardware_constraints: bool = False,
                  mutations: int = 0, render_mode: str | None = None):
-        if render_mode not in (None, *self.metadata["render_modes"]):
-            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
-        if min(episode_layouts, loop_rounds, walk_length, batch, top_k) < 1:
-            raise ValueError("episode_layouts, loop_rounds, walk_length, batch and top_k must "
-                             "be >= 1")
+        super().__init__(episode_layouts, loop_rounds, walk_length, batch, render_mode)
+        if top_k < 1:
+            raise ValueError(f"top_k must be >= 1, got {top_k}")
         if mutations < 0:
             raise ValueError(f"mutations must be >= 0, got {mutations}")
         if reward_source not in REWARD_SOURCES:
@@ -223,21 +436,12 @@ class CrossExplorationEnv(TuningEnv):
         self.fixed = None if layout is None else freeze(dict(layout))
         if self.fixed is not None:
             self.task.template.check(dict(self.fixed))
-        self.episode_layouts, self.loop_rounds, self.walk_length = (
-            episode_layouts, loop_rounds, walk_length)
-        self.batch, self.top_k, self.mutations = batch, top_k, mutations
-        self.render_mode = render_mode
-        self.action_space = spaces.MultiDiscrete(np.array(ACTION_NVEC))
-        self.observation_space = spaces.Box(0.0, 1.0, (OBS_SIZE,), dtype=np.float32)
+        self.top_k, self.mutations = top_k, mutations
         self.factors: Factors = self.task.default_factors()
         self.space: LoopSpace | None = None
-        self.point: LoopPoint | None = None
         self.visited: dict[Candidate, float] = {}
-        self._visit = self._round = self._walked = 0
-        self._score = self._best = 0.0
-        self._summary = np.zeros(2 * FEATURES, dtype=np.float32)
-        self._workload = workload_features(self.task.workload)
-        self._last: dict[str, Any] = {}
+        self._features: dict[LoopPoint, np.ndarray] = {}
+        self._workload_features = workload_features(self.task.workload)
 
     def _backend(self, workload: str | OpTask | None) -> Backend:
         """The backend of ``workload`` (one per workload, sharing the cost model)."""
@@ -253,6 +457,11 @@ class CrossExplorationEnv(TuningEnv):
         return backend
 
     @property
+    def template(self) -> LayoutTemplate:
+        """The current workload's layout template."""
+        return self.task.template
+
+    @property
     def layout_constraints(self) -> LayoutConstraints | None:
         """The current workload's SIMD-length layout constraints (``hardware_constraints``):
         the masks keep each knob's allowed bins and a layout step's factors are projected
@@ -266,78 +475,22 @@ class CrossExplorationEnv(TuningEnv):
                                                        Hardware.of(self.task.target))
         return self._constraints[key]
 
-    # ------------------------------------------------------------------ gym API
-    @property
-    def layout_phase(self) -> bool:
-        """Whether the next step is a layout step."""
-        return self.point is None
+    def render(self) -> str | None:
+        text = super().render()
+        return None if text is None else f"{text}{self.best_summary()}\n"
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
-              ) -> tuple[np.ndarray, dict[str, Any]]:
-        super().reset(seed=seed)
+    # ------------------------------------------------------------------ the live visit
+    def _start_episode(self) -> str:
         if len(self.workloads) > 1:
             self.backend = self._backend(self.workloads[int(self.np_random.integers(
                 len(self.workloads)))])
-            self._workload = workload_features(self.task.workload)
-        self._visit = 0
+            self._workload_features = workload_features(self.task.workload)
         self.factors = self.fixed or self.task.default_factors()
-        self.point, self.space, self.visited = None, None, {}
-        info: dict[str, Any] = {"workload": self.task.key}
-        if self.fixed is not None:
-            self._start_visit(self.fixed)
-        self._last = info
-        return self._observe(), info
+        self.space, self.visited = None, {}
+        return self.task.key
 
-    def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        action = checked_action(self.action_space, action, HEAD_NAMES)
-        info: dict[str, Any] = {}
-        if self.layout_phase:
-            factors = factors_from_bins(self.task.template, action[:len(SLOTS)])
-            constraints = self.layout_constraints
-            if constraints is not None:
-                factors = constraints.nearest(factors)
-            self._start_visit(freeze(factors))
-            reward = self._best  # the visit's first batch
-            info["factors"] = dict(self.factors)
-        else:
-            reward = self._walk(action[len(SLOTS):], info)
-        truncated = self._visit >= self.episode_layouts
-        info["score"] = self._score
-        self._last = info
-        return self._observe(), float(reward), False, truncated, info
-
-    def action_masks(self) -> np.ndarray:
-        """Flat bool mask over the heads (sb3-contrib's ``MaskablePPO``)."""
-        masks = np.zeros((len(SLOTS) * BINS + MAX_SUBSPACES * MAX_DIRECTIONS,), dtype=bool)
-        layout = masks[:len(SLOTS) * BINS].reshape(len(SLOTS), BINS)
-        loop = masks[len(SLOTS) * BINS:].reshape(MAX_SUBSPACES, MAX_DIRECTIONS)
-        if self.layout_phase:
-            layout[:, 0] = True
-            constraints = self.layout_constraints
-            for knob in self.task.template.knobs:
-                legal = (constraints.knob_values(knob.name)
-                         if constraints is not None and knob.level == 0 else None)
-                layout[SLOTS.index(knob.name)] = [
-                    c is not None and (legal is None or c in legal) or b == 0
-                    for b, c in enumerate(bin_choices(knob.extent))]
-            loop[:, 0] = True
-        else:
-            layout[:, 0] = True
-            loop[:, 0] = True
-            for i, n in enumerate(self.space.action_nvec):
-                loop[i, :n] = True
-        return masks
-
-    def render(self) -> str | None:
-        if self.render_mode != "ansi":
-            return None
-        last = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                         for k, v in self._last.items())
-        return (f"visit {self._visit}/{self.episode_layouts} round {self._round} step "
-                f"{self._walked}: {last}\n{self.best_summary()}\n")
-
-    # ------------------------------------------------------------------ visits
-    def _start_visit(self, factors: Factors) -> None:
+    def _enter(self, factors: Mapping[str, int] | Factors, info: dict[str, Any]) -> None:
+        factors = freeze(dict(factors))
         space = self.task.space(factors)
         if (space.num_subspaces > MAX_SUBSPACES or space.vector_size > MAX_VECTOR
                 or int(space.action_nvec.max(initial=0)) > MAX_DIRECTIONS):
@@ -345,13 +498,12 @@ class CrossExplorationEnv(TuningEnv):
                              f"{space.num_subspaces} subspaces, {space.vector_size} entries and "
                              f"up to {int(space.action_nvec.max(initial=0))} directions exceeds "
                              f"the loop heads ({MAX_SUBSPACES} x {MAX_DIRECTIONS}, {MAX_VECTOR})")
-        self.factors, self.space = factors, space
-        self.visited, self._round, self._best = {}, 0, 0.0
-        self._sample_round()
+        self.factors, self.space, self.visited = factors, space, {}
+        info["factors"] = dict(factors)
 
-    def _sample_round(self) -> None:
-        """A round's batch (sampled points, the layout's best measured ones and their
-        neighbours, the best so far); the walk starts from its best-predicted point."""
+    def _round_points(self) -> list[LoopPoint]:
+        """``batch`` sampled points (MetaSchedule's sampling), in measure mode with the
+        layout's best measured points and ``mutations`` of their neighbours."""
         assert self.space is not None
         points = self.space.sample(self.batch, self.np_random)
         if self.backend.measures:
@@ -363,63 +515,38 @@ class CrossExplorationEnv(TuningEnv):
             if elites:
                 points += [self.space.mutate(elites[i % len(elites)], self.np_random)
                            for i in range(self.mutations)]
-        if self.point is not None:
-            points.append(self.point)
-        points = list(dict.fromkeys(points))
-        scores, feats = self._scores(points)
-        if not points:  # no valid point in this layout
-            if self.fixed is not None:
-                raise RuntimeError(f"{self.task.key}: no valid loop point in {self.batch} "
-                                   f"samples of the fixed layout {dict(self.fixed)}")
-            self.point, self._score, self._walked = None, 0.0, 0
-            self._end_visit()
-            return
-        i = int(np.argmax(scores))
-        self.point, self._score, self._walked = points[i], float(scores[i]), 0
-        self._summary = feature_summary(feats[i])
-        self._best = max(self._best, self._score)
+        return points
 
-    def _scores(self, points: Sequence[LoopPoint]) -> tuple[np.ndarray, list[np.ndarray]]:
-        """Clipped predicted scores and features of the valid ``points`` (invalid ones are
-        dropped from ``points`` in place); remembered in :attr:`visited`."""
+    def _scores(self, points: list[LoopPoint], info: dict[str, Any] | None = None
+                ) -> tuple[list[LoopPoint], np.ndarray]:
+        """The distinct valid ``points`` and their predicted scores, remembered in
+        :attr:`visited`."""
         assert self.space is not None
-        valid = [p for p in points if self.space.decode(p) is not None]
-        points[:] = valid  # type: ignore[index]
+        valid = [p for p in dict.fromkeys(points) if self.space.decode(p) is not None]
         if not valid:
-            return np.zeros(0), []
+            return [], np.zeros(0)
         feats = self.backend.features(self.space, valid)
         cands = [Candidate(self.factors, p) for p in valid]
         scores = np.clip(self.backend.scores(cands, feats, self.np_random), 0.0, MAX_SCORE)
         self.visited.update(zip(cands, scores.tolist()))
-        return scores, feats
+        self._features = dict(zip(valid, feats))
+        return valid, scores
 
-    def _walk(self, directions: np.ndarray, info: dict[str, Any]) -> float:
-        """One loop step; returns its reward."""
-        assert self.space is not None and self.point is not None
-        before = self._best
-        self.point = self.space.step(self.point, fit_directions(self.space, directions))
-        points = [self.point]
-        scores, feats = self._scores(points)
-        if len(scores):
-            self._score = float(scores[0])
-            self._summary = feature_summary(feats[0])
-            self._best = max(self._best, self._score)
-        self._walked += 1
-        reward = self._best - before
-        if self._walked >= self.walk_length:
-            self._round += 1
-            if self._round < self.loop_rounds:
-                seen = self._best
-                self._sample_round()
-                reward += self._best - seen
-            else:
-                reward += self._end_visit(info)
-        return reward
+    def _summary_of(self, point: LoopPoint) -> np.ndarray:
+        return feature_summary(self._features[point])
+
+    def _move(self, point: LoopPoint, directions: np.ndarray) -> LoopPoint:
+        return self.space.step(point, fit_directions(self.space, directions))
+
+    def _encode(self, point: LoopPoint) -> np.ndarray:
+        return self.space.encode(point)
+
+    def _loop_nvec(self) -> Sequence[int]:
+        return self.space.action_nvec
 
     def _end_visit(self, info: dict[str, Any] | None = None) -> float:
-        """Close a visit: in measure mode measure its top-k; the reward correction that
-        makes the visit's return its measured relative throughput. Then the next layout
-        step (or, with a fixed layout, the next visit's first round)."""
+        """In measure mode, measure the visit's top-k: the reward correction that makes the
+        visit's return its measured relative throughput."""
         correction = 0.0
         if self.backend.measures:
             session = self.backend.session()
@@ -433,31 +560,4 @@ class CrossExplorationEnv(TuningEnv):
             correction = value - self._best
             if info is not None:
                 info["latency"] = latency
-        self._visit += 1
-        self.point = None
-        if self.fixed is not None and self._visit < self.episode_layouts:
-            self._start_visit(self.fixed)
-        return correction
-
-    # ------------------------------------------------------------------ observation
-    def _observe(self) -> np.ndarray:
-        obs = np.zeros(OBS_SIZE, dtype=np.float32)
-        loop = not self.layout_phase
-        obs[PHASE] = float(not loop)
-        obs[1] = self._walked / self.walk_length if loop else 0.0
-        obs[2] = self._visit / self.episode_layouts
-        at = 3
-        obs[at:at + WORKLOAD_FEATURES] = self._workload
-        at += WORKLOAD_FEATURES
-        chosen = dict(self.factors)
-        for knob in self.task.template.knobs:
-            s = at + 3 * SLOTS.index(knob.name)
-            obs[s:s + 3] = (min(math.log2(chosen[knob.name]) / BINS, 1.0),
-                            min(math.log2(knob.extent) / BINS, 1.0), 1.0)
-        at += 3 * len(SLOTS)
-        if loop:
-            assert self.space is not None and self.point is not None
-            obs[at:at + self.space.vector_size] = self.space.encode(self.point)
-            obs[at + MAX_VECTOR:at + MAX_VECTOR + 2 * FEATURES] = self._summary
-            obs[-2:] = (self._score / MAX_SCORE, self._best / MAX_SCORE)
-        return np.clip(obs, 0.0, 1.0)
+        return correction + super()._end_visit(info)

@@ -67,19 +67,14 @@ class LayoutTuningReplayEnv(gym.Env):
                  dataset: str | None = None, surrogate: Surrogate | str | None = None,
                  render_mode: str | None = None, reward_source: str = "dataset",
                  **unused: Any):
-        if reward_source != "dataset":
-            raise ValueError(f"LayoutTuningReplayEnv replays a dataset; reward_source must "
-                             f"be 'dataset', got {reward_source!r}")
-        if not isinstance(workload, str):
-            raise ValueError("workload: LayoutTuning-v0 with reward_source='dataset' needs "
-                             "one dataset URI, altenv://<dataset>/<workload>")
         if action_type not in ACTION_TYPES:
             raise ValueError(f"action_type must be one of {ACTION_TYPES}, got {action_type!r}")
         if min(episode_length, batch, loop_rounds) < 1:
             raise ValueError("episode_length, batch and loop_rounds must be >= 1")
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
-        self.source = ReplaySource(workload, dataset, surrogate, unused)
+        self.source = ReplaySource(self, workload, dataset, surrogate, reward_source, unused,
+                                   one="LayoutTuning-v0")
         self.workload, self.template = self.source.get(self.source.names[0])
         self.action_type, self.episode_length = action_type, episode_length
         self.batch, self.loop_rounds, self.render_mode = batch, loop_rounds, render_mode

@@ -72,17 +72,12 @@ class LoopTuningReplayEnv(gym.Env):
                  batch: int = 128, episode_length: int = 128, dataset: str | None = None,
                  surrogate: Surrogate | str | None = None, render_mode: str | None = None,
                  reward_source: str = "dataset", **unused: Any):
-        if reward_source != "dataset":
-            raise ValueError(f"LoopTuningReplayEnv replays a dataset; reward_source must be "
-                             f"'dataset', got {reward_source!r}")
-        if not isinstance(workload, str):
-            raise ValueError("workload: LoopTuning-v0 with reward_source='dataset' needs one "
-                             "dataset URI, altenv://<dataset>/<workload>")
         if min(batch, episode_length) < 1:
             raise ValueError("batch and episode_length must be >= 1")
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
-        self.source = ReplaySource(workload, dataset, surrogate, unused)
+        self.source = ReplaySource(self, workload, dataset, surrogate, reward_source, unused,
+                                   one="LoopTuning-v0")
         self.workload, _ = self.source.get(self.source.names[0])
         if layout is None:
             self.layout = self.workload.framework()

@@ -1,5 +1,6 @@
-"""What the replay environments share: the dataset and surrogate behind them (the check
-of an action against its space is :func:`envs.common.checked_action`, every env's).
+"""What the replay environments share: the dataset and surrogate behind them, and the check
+of the arguments that choose them (the check of an action against its space is
+:func:`envs.common.checked_action`, every env's).
 
 A replay env (``reward_source="dataset"``) answers from a measured-program dataset
 (:mod:`altenv.dataset`) instead of a device or a cost model; its workloads are named by
@@ -11,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import gymnasium as gym
+
 from altenv.datapath import DEFAULT_DATASET, SCHEME, dataset_dir
 from altenv.dataset import Dataset
 from altenv.dataset.replay import WorkloadReplay
@@ -19,10 +22,22 @@ from altenv.ops import LayoutTemplate
 
 
 class ReplaySource:
-    """The dataset, its workloads and surrogate of a replay env, workloads loaded once."""
+    """The dataset, its workloads and surrogate of a replay env, workloads loaded once.
 
-    def __init__(self, workload: str | Sequence[str] | None, dataset: str | None,
-                 surrogate: Surrogate | str | None, unused: dict[str, Any]):
+    It checks the env's arguments: ``reward_source`` must be ``"dataset"``, ``unused``
+    (arguments of the live env) empty, and where the env replays one workload (``one``: its
+    id) ``workload`` must be one URI.
+    """
+
+    def __init__(self, env: gym.Env, workload: str | Sequence[str] | None, dataset: str | None,
+                 surrogate: Surrogate | str | None, reward_source: str,
+                 unused: dict[str, Any], one: str | None = None):
+        if reward_source != "dataset":
+            raise ValueError(f"{type(env).__name__} replays a dataset; reward_source must be "
+                             f"'dataset', got {reward_source!r}")
+        if one is not None and not isinstance(workload, str):
+            raise ValueError(f"workload: {one} with reward_source='dataset' needs one dataset "
+                             "URI, altenv://<dataset>/<workload>")
         if unused:
             raise ValueError(f"reward_source='dataset' takes no {', '.join(sorted(unused))} "
                              "(a replay has no device, session or cost model)")

@@ -202,7 +202,8 @@ CASES: dict[str, Case] = {
                                     "integer"),
     "agent option value": lambda t: (tune(t, f"workload: '{GMM}'\nagent: {{name: evolution, "
                                              "options: {epsilon: 1.5}}\n"),
-                                     "epsilon must be in [0, 1]"),
+                                     "agent.options: evolution option epsilon: Input should be "
+                                     "less than or equal to 1 (got 1.5)"),
     "agent option unknown": lambda t: (tune(t, f"workload: '{GMM}'\nagent: {{name: random, "
                                                "options: {steps: 3}}\n"),
                                        "random takes no option 'steps'; allowed: seed"),

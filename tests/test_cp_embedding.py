@@ -42,7 +42,7 @@ needs_avx2 = pytest.mark.skipif(not HAS_AVX2, reason="the CPU has no AVX2")
 
 
 def _solve(spec: str, intrinsic=AVX2, **kw):
-    return CpEmbeddingGenerator(**kw).embeddings(loop_nest(spec), intrinsic)
+    return CpEmbeddingGenerator(**kw).embeddings(loop_nest(parse_workload(spec)), intrinsic)
 
 
 def _by_name(spec: str, **kw):
@@ -88,7 +88,7 @@ def test_objective_terms_match_the_realized_layouts(spec):
     logical = math.prod(op.out_shape()) + sum(math.prod(s) for s in op.input_shapes().values())
     mac_min = math.prod(op.out_shape()) * math.prod(e for _, e in op.reduce_extents())
     for e in _solve(spec):
-        real = realize(spec, e.mapping)
+        real = realize(parse_workload(spec), e.mapping)
         physical = sum(math.prod(lay.shape) for lay in real.layouts.values())
         assert e.data_movement == physical - logical, e.mapping.describe()
         assert e.wasted_macs == math.prod(op.out_shape()) * math.prod(real.reduce.shape) - mac_min
@@ -100,7 +100,7 @@ def test_objective_terms_match_the_realized_layouts(spec):
                                   "dil:N=1,I=16,O=16,H=8,W=8,KH=3,KW=3,dilation=2",
                                   "t2d:N=1,I=16,O=16,H=8,W=8,KH=3,KW=3"])
 def test_every_solution_passes_alg1_and_is_ranked(spec):
-    nest = loop_nest(spec)
+    nest = loop_nest(parse_workload(spec))
     found = _solve(spec)
     assert found
     for e in found:
@@ -116,7 +116,7 @@ def test_every_solution_passes_alg1_and_is_ranked(spec):
 def test_solutions_cover_amos_with_reorders():
     """Every subset of reduction loops on r (AMOS's mappings) in every order; the
     nest-ordered ones are exactly AMOS's; dilated windows stay off the intrinsic."""
-    nest = loop_nest(C2D)
+    nest = loop_nest(parse_workload(C2D))
     found = _solve(C2D)
     assert len(found) == 3 + 3 * 2 + 6  # one, two or three of rc rh rw, in every order
     in_order = {e.mapping.groups for e in found if e.reorders == 0}
@@ -132,9 +132,10 @@ def test_solutions_cover_amos_with_reorders():
 
 def test_mapping_template_keeps_the_objective_order():
     host = select_intrinsic(make_target(None))
-    template = MappingTemplate(HOST_RGB, "cp_embedding", make_target(None))
+    workload = parse_workload(HOST_RGB)
+    template = MappingTemplate(workload, "cp_embedding", make_target(None))
     assert template.mappings == [e.mapping for e in _solve(HOST_RGB, host)]
-    assert [m for m, _ in mappings_for(HOST_RGB, "cp_embedding", host)] == template.mappings
+    assert [m for m, _ in mappings_for(workload, "cp_embedding", host)] == template.mappings
     assert load_config(None, name="x", workload=RGB, mapping="cp_embedding").mapping == \
         "cp_embedding"
 
@@ -143,7 +144,7 @@ def test_every_solution_generates_the_operator():
     """Untensorized programs under each solution's layouts (reorders included) match the
     reference exactly."""
     for e in _solve(RGB):
-        real = realize(RGB, e.mapping)
+        real = realize(parse_workload(RGB), e.mapping)
         program = generate(RGB, real.layouts, reduce=real.reduce)
         raw = program.random_inputs(3)
         np.testing.assert_array_equal(run_numpy(program, raw), program.reference(raw),

@@ -71,7 +71,7 @@ def test_bins_pick_powers_of_two_and_mask_repeats():
 
 
 def test_workload_features_tell_operators_apart():
-    feats = [workload_features(s) for s in (
+    feats = [workload_features(parse_workload(s)) for s in (
         "c2d:N=1,I=64,O=64,H=56,W=56,KH=3,KW=3,pad=1",
         "c2d:N=1,I=64,O=64,H=56,W=56,KH=7,KW=7,pad=3",
         "c2d:N=1,I=64,O=64,H=56,W=56,KH=3,KW=3,pad=1,stride=2",

@@ -268,7 +268,8 @@ def test_predicted_layout_rank_races_the_layouts_the_model_ranks_best(tmp_path):
 
 
 def test_bad_layout_rank():
-    with pytest.raises(ValueError, match="layout_rank must be one of measured, predicted"):
+    with pytest.raises(ValueError, match=r"evolution option layout_rank: Input should be "
+                                         r"'measured' or 'predicted' \(got 'guess'\)"):
         agents.create("evolution", layout_rank="guess")
 
 
@@ -429,39 +430,45 @@ def test_cost_model_pretrained_is_the_shipped_one_for_the_target(tmp_path):
 
 
 def test_bad_cost_model(tmp_path):
-    with pytest.raises(ValueError, match="cost_model must be null, 'pretrained' or a checkpoint"):
+    with pytest.raises(ValueError, match="evolution option cost_model: must be null, 'pretrained' "
+                                         "or a checkpoint directory holding a costmodel.npz"):
         agents.create("evolution", cost_model=str(tmp_path))
 
 
 def test_bad_loop_search():
-    with pytest.raises(ValueError, match="loop_search must be one of metaschedule, evolution"):
+    with pytest.raises(ValueError, match="evolution option loop_search: Input should be "
+                                         "'metaschedule' or 'evolution'"):
         agents.create("evolution", loop_search="beam")
 
 
 def test_bad_race_options():
-    with pytest.raises(ValueError, match="race_trials >= 1, got 4 and 0"):
+    with pytest.raises(ValueError, match=r"evolution option race_trials: Input should be greater "
+                                         r"than or equal to 1 \(got 0\)"):
         agents.create("evolution", race_layouts=4, race_trials=0)
 
 
 def test_bad_stall_options():
-    with pytest.raises(ValueError, match="revisit_trials >= 1, got None and 0"):
+    with pytest.raises(ValueError, match=r"evolution option revisit_trials: Input should be "
+                                         r"greater than or equal to 1 \(got 0\)"):
         agents.create("evolution", revisit_trials=0)
 
 
 def test_bad_blocked_rounds():
-    with pytest.raises(ValueError, match="blocked_rounds must be >= 1, got 0"):
+    with pytest.raises(ValueError, match=r"evolution option blocked_rounds: Input should be "
+                                         r"greater than or equal to 1 \(got 0\)"):
         agents.create("evolution", blocked_rounds=0)
 
 
 def test_bad_epsilon():
-    with pytest.raises(ValueError, match="epsilon must be in"):
+    with pytest.raises(ValueError, match=r"evolution option epsilon: Input should be less "
+                                         r"than or equal to 1 \(got 1.5\)"):
         agents.create("evolution", epsilon=1.5)
 
 
 @pytest.mark.parametrize("options, message", [
-    ({"initial_layouts": 0}, "initial_layouts must be >= 1 or None, got 0"),
-    ({"initial_rounds": 0}, "initial_rounds must be >= 1 or None, got 0"),
-    ({"layout_draws": "eq2"}, "layout_draws must be one of solver, actions, got 'eq2'"),
+    ({"initial_layouts": 0}, r"initial_layouts: Input should be greater than or equal to 1"),
+    ({"initial_rounds": 0}, r"initial_rounds: Input should be greater than or equal to 1"),
+    ({"layout_draws": "eq2"}, r"layout_draws: Input should be 'solver' or 'actions' \(got 'eq2'\)"),
 ])
 def test_bad_layout_options(options, message):
     with pytest.raises(ValueError, match=message):

@@ -26,7 +26,7 @@ from altenv.mapping import (
     validate,
 )
 from altenv.measure import MeasureConfig, create
-from altenv.ops import generate, run_numpy
+from altenv.ops import generate, parse_workload, run_numpy
 from altenv.records import RecordDB
 from altenv.space import LoopSpace
 from altenv.space.avx2 import AVX2_DOT_8x4_INTRIN
@@ -73,7 +73,7 @@ def test_alg1_accepts_figure4_and_rejects_mixed_semantics():
 
 def test_enumeration_counts_and_members():
     gen = AmosGenerator()
-    c1d, c2d = loop_nest(C1D), loop_nest(C2D)
+    c1d, c2d = loop_nest(parse_workload(C1D)), loop_nest(parse_workload(C2D))
     # Tensor Core: i1 <- nonempty subset of {n, w}, i2 <- o, r1 <- nonempty subset of {rc, rw}
     assert len(gen.generate(c1d, TC)) == 9
     assert len(gen.generate(c2d, TC)) == 49
@@ -82,7 +82,7 @@ def test_enumeration_counts_and_members():
     found = _names(gen.generate(c2d, AVX2))
     assert len(found) == 7 and "avx2_dot_8x4[i<-o, r<-rc]" in found
     assert all("n" not in m.mapped for m in gen.generate(c2d, AVX2))
-    assert len(gen.generate(loop_nest("gmm:M=8,N=16,K=8"), TC)) == 1
+    assert len(gen.generate(loop_nest(parse_workload("gmm:M=8,N=16,K=8")), TC)) == 1
     # every enumerated mapping passes Mapping.check
     for m in gen.generate(c2d, TC):
         m.check(c2d, TC)
@@ -91,7 +91,7 @@ def test_enumeration_counts_and_members():
 def test_mapping_json_and_padding():
     m = Mapping("avx2_dot_8x4", (("o",), ("rc", "rw")))
     assert Mapping.from_json(m.to_json()) == m
-    nest = loop_nest("c2d:N=1,I=3,O=16,H=6,W=6,KH=3,KW=3")
+    nest = loop_nest(parse_workload("c2d:N=1,I=3,O=16,H=6,W=6,KH=3,KW=3"))
     assert m.padding(nest, AVX2) == (0, 3)  # 3 * 3 = 9 -> 12
     with pytest.raises(ValueError, match="on R dim"):
         Mapping("avx2_dot_8x4", (("o",), ("h",))).check(nest, AVX2)
@@ -99,18 +99,18 @@ def test_mapping_json_and_padding():
 
 # ------------------------------------------------------------------ layouts
 def test_realized_layouts_pack_operands_for_the_intrinsic():
-    real = realize(C2D_INT8, Mapping("avx2_dot_8x4", (("o",), ("rc",))))
+    real = realize(parse_workload(C2D_INT8), Mapping("avx2_dot_8x4", (("o",), ("rc",))))
     assert real.layouts["weight"].shape == (2, 3, 3, 2, 8, 4)  # O/8 KH KW I/4 8 4
     assert real.layouts["out"].shape == (1, 2, 6, 6, 8)         # N O/8 H W 8
     assert real.layouts["data"].shape == (1, 8, 8, 2, 4)        # N H W I/4 4
     assert real.reduce.shape == (3, 3, 2, 4)
-    im2col = realize(C2D_INT8, Mapping("avx2_dot_8x4", (("o",), ("rw",))))
+    im2col = realize(parse_workload(C2D_INT8), Mapping("avx2_dot_8x4", (("o",), ("rw",))))
     assert im2col.layouts["data"].shape[-2:] == (1, 4)  # KW = 3 padded to 4
     with pytest.raises(ValueError, match="groups"):
-        realize("grp:N=1,I=8,O=8,groups=2,H=4,W=4,KH=1,KW=1,dtype=int8",
+        realize(parse_workload("grp:N=1,I=8,O=8,groups=2,H=4,W=4,KH=1,KW=1,dtype=int8"),
                 Mapping("avx2_dot_8x4", (("o",), ("rc",))))
     with pytest.raises(ValueError, match="batched matmuls .* have no intrinsic mappings"):
-        loop_nest("gmm:M=8,N=8,K=8,batch=2,dtype=int8")
+        loop_nest(parse_workload("gmm:M=8,N=8,K=8,batch=2,dtype=int8"))
 
 
 @pytest.mark.parametrize("spec", [C2D_INT8, "c2d:N=1,I=4,O=8,H=7,W=7,KH=3,KW=3,stride=2,"
@@ -118,8 +118,8 @@ def test_realized_layouts_pack_operands_for_the_intrinsic():
                                   "gmm:M=4,N=16,K=12,dtype=int8"])
 def test_every_mapping_generates_the_operator(spec):
     """Untensorized programs under each mapping's layouts match torch exactly."""
-    for m in AmosGenerator().generate(loop_nest(spec), AVX2):
-        real = realize(spec, m)
+    for m in AmosGenerator().generate(loop_nest(parse_workload(spec)), AVX2):
+        real = realize(parse_workload(spec), m)
         program = generate(spec, real.layouts, reduce=real.reduce)
         raw = program.random_inputs(3)
         np.testing.assert_array_equal(run_numpy(program, raw), program.reference(raw),
@@ -201,7 +201,7 @@ def test_tensorizing_needs_a_matching_block():
 # ------------------------------------------------------------------ plumbing
 def test_mapping_template_and_errors():
     target = make_target(None)
-    template = MappingTemplate(C2D_INT8, "amos", target)
+    template = MappingTemplate(parse_workload(C2D_INT8), "amos", target)
     n = len(template.mappings)
     assert n == 7 and template.mappings[0].describe().endswith("r<-rc]")
     assert template.factors_from_actions([1.0]) == {"mapping": n - 1}

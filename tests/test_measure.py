@@ -190,6 +190,35 @@ def test_workers_are_forked_by_the_zygote_and_replaced_after_a_timeout(monkeypat
     assert asked(where)[0] == zygote(WORKER_PRELOAD, True).process.pid != first.process.pid
 
 
+def test_an_ended_workers_cpu_time_counts_as_the_zygotes_children() -> None:
+    """A worker that ends is reaped by its zygote, so its CPU time stays inside this process
+    tree's totals (a dataset collection tells its own load from other processes' by them)
+    rather than vanishing as it would were the kernel to reap it."""
+    import time
+
+    import psutil
+
+    from altenv.measure.pool import WORKER_PRELOAD, worker_pool
+    from altenv.measure.zygote import zygote
+
+    made = psutil.Process(zygote(WORKER_PRELOAD, without_torch=True).process.pid)
+
+    def reaped() -> float:
+        times = made.cpu_times()
+        return times.children_user + times.children_system
+
+    before = reaped()
+    pool = worker_pool(max_workers=1, timeout=60)
+    try:
+        pool.submit(sum, range(20_000_000)).result()  # about 0.3 s of CPU
+    finally:
+        pool.shutdown()
+    deadline = time.monotonic() + 10
+    while reaped() - before < 0.1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert reaped() - before >= 0.1
+
+
 @pytest.mark.slow
 def test_failures_are_recorded_and_the_rest_measured(measurer: LocalMeasurer) -> None:
     mm = CorrectnessCheck(lambda a, b: a @ b)

@@ -26,6 +26,7 @@ from agents.mm_surrogate import (
     records_dataset,
     workload_features,
 )
+from agents.options import MindMappingsOptions
 from altenv.cli import main
 from altenv.config import RunConfig, TrainConfig, load_config
 from altenv.measure import MeasureConfig, create
@@ -150,7 +151,7 @@ def test_surrogate_learns_and_its_gradient_descends(gmm_data):
 
 def test_checkpoints_give_identical_predictions(gmm_data, tmp_path):
     _, _, x = gmm_data
-    agent = MindMappingsAgent(seed=3, hidden_sizes=(32, 16))
+    agent = MindMappingsAgent(MindMappingsOptions(seed=3, hidden_sizes=(32, 16)))
     agent.surrogate.fit(x[:40], np.linspace(0, 1, 40, dtype=np.float32), epochs=5)
     agent.save(tmp_path / "ckpt")
     loaded = agents.create("mind_mappings", checkpoint=str(tmp_path / "ckpt"), seed=9)
@@ -191,7 +192,8 @@ def test_agent_in_the_tuning_loop(tmp_path):
         assert all(session.schedule(c) is not None for c in proposed)
 
         # a resumed session's records train a new agent before its first proposal
-        again = MindMappingsAgent(seed=1, min_records=4, hidden_sizes=(32,), epochs=5)
+        again = MindMappingsAgent(MindMappingsOptions(seed=1, min_records=4, hidden_sizes=(32,),
+                                                      epochs=5))
         again.setup(TuningSession(task, SyntheticMeasurer(), db, check=False))
         assert len(again.data[task.key]) == 16 and again.ready
 
@@ -239,4 +241,4 @@ def test_shipped_configs_name_real_options():
                          ("pretrain_mind.yaml", TrainConfig)):
         cfg = load_config(configs / name, schema)
         assert cfg.agent.name == "mind_mappings"
-        assert isinstance(agents.create(cfg.agent.name, **cfg.agent.options), MindMappingsAgent)
+        assert isinstance(agents.build(cfg.agent.name, cfg.agent.options), MindMappingsAgent)

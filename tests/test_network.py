@@ -24,7 +24,7 @@ from altenv.graph.read_through import GUARDED, staged_variants
 from altenv.graph.scheduler import canonical
 from altenv.graph.tasks import TaskGraph, graph_of
 from altenv.layout import Layout
-from altenv.ops import LayoutTemplate
+from altenv.ops import LayoutTemplate, parse_workload
 from altenv.target import make_target
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -259,9 +259,10 @@ def test_tasks_kept_as_they_are_get_cpu_schedules():
 
 
 def test_fold_batch_norm_into_weight_and_bias():
-    lowering = ComplexLowering("c2d:N=1,I=2,H=4,W=4,O=3,KH=1,KW=1", 0, 1, False,
+    spec = "c2d:N=1,I=2,H=4,W=4,O=3,KH=1,KW=1"
+    lowering = ComplexLowering(spec, 0, 1, False,
                                (("sub", 2), ("div", 3), ("mul", 4), ("add", 5)), None,
-                               "relu", ((0, 0),) * 4)
+                               "relu", ((0, 0),) * 4, parse_workload(spec))
     rng = np.random.default_rng(0)
     weight = rng.uniform(-1, 1, (3, 2, 1, 1))
     consts = {k: rng.uniform(0.5, 1.5, (1, 3, 1, 1)) for k in (2, 3, 4, 5)}

@@ -343,7 +343,7 @@ def test_fast_activations_call_no_libm_function():
     """``fast_math`` turns a step's libm functions into TVM's polynomials (a sigmoid through
     ``fast_exp``), named apart so that records of the two never mix; the generated code of a
     fast step calls none of ``exp``, ``sigmoid``, ``erf``, ``tanh``."""
-    from altenv.ops.activation import fast_step
+    from altenv.ops.epilogue import fast_step
 
     assert [fast_step(s, ("erf", "exp")) for s in ("silu", "gelu", "gelu_tanh", "relu")] == [
         "fast_silu", "fast_gelu", "gelu_tanh", "relu"]
@@ -360,7 +360,7 @@ def test_fast_activations_call_no_libm_function():
 def test_activation_steps_round_trip_through_records_keys():
     """Config spellings become one canonical step, which survives a records key
     (``spec|bias+step``, split on ``+``) and parses back to the same tree."""
-    from altenv.ops.activation import canonical_step, parse_step
+    from altenv.ops.epilogue import canonical_step, parse_step
     from altenv.training.corpus import split_key
     from altenv.tuning import OpTask
 

@@ -18,6 +18,7 @@ from sb3_contrib.common.maskable.distributions import MaskableMultiCategoricalDi
 import agents
 from agents.checkpoint import POLICY, SETTINGS
 from agents.masked_heads import MaskedHeads
+from agents.options import PPOOptions
 from agents.ppo import ActorWeights, PPOAgent
 from altenv import pretrained
 from altenv.cli import main
@@ -145,7 +146,7 @@ def test_actor_weights_give_layout_steps_their_share(share):
     buffer.observations[..., PHASE] = 0.0
     weights.on_rollout_end()
     assert np.allclose(buffer.advantages, normal, atol=1e-6)
-    with pytest.raises(ValueError, match="layout_share"):
+    with pytest.raises(ValueError, match=r"ppo option layout_share: Input should be less than 1"):
         agents.create("ppo", checkpoint=None, layout_share=1.0)
     plain = agents.create("ppo", checkpoint=None, layout_share=None, **SMALL)
     env = CrossExplorationEnv("gmm:M=16,N=16,K=16", reward_source="cost_model", batch=4,
@@ -188,7 +189,7 @@ def test_masked_heads_are_sb3_contribs_distribution_batched():
         chosen = masks[np.arange(len(masks))[:, None], starts[:-1] + sample]
         chosen[0, 3] = True  # a wholly masked head draws any of its own values
         assert chosen.all() and (sample < np.array(ACTION_NVEC)).all()
-    agent = PPOAgent(checkpoint=None, **SMALL)
+    agent = PPOAgent(PPOOptions(checkpoint=None, **SMALL))
     env = CrossExplorationEnv("gmm:M=16,N=16,K=16", reward_source="cost_model")
     assert isinstance(agent.model_for(env).policy.action_dist, MaskedHeads)
     env.close()
@@ -258,7 +259,7 @@ def test_host_mismatch_is_named(tmp_path):
 def test_zero_shot_measures_only_its_budget(measurer, tmp_path):
     session = TuningSession(OpTask("gmm:M=16,N=32,K=16"), measurer,
                             RecordDB(tmp_path / "records.jsonl"))
-    agent = PPOAgent(seed=0, zero_shot_seconds=1.0, **SMALL)
+    agent = PPOAgent(PPOOptions(seed=0, zero_shot_seconds=1.0, **SMALL))
     best = tune(session, agent, Budget(4, 4), batch=8, top_k=4, progress=False)
     assert np.isfinite(best) and session.trials == 8
     assert agent.updates["joint"] == agent.updates["loop"] == 0  # no learning at 8 trials
@@ -267,8 +268,9 @@ def test_zero_shot_measures_only_its_budget(measurer, tmp_path):
     blocked = session.task.blocked_factors(Hardware.of(session.task.target).lanes())
     assert blocked != session.task.default_factors()
     assert sum(c.factors == blocked for c, _ in session.measured_items()) >= 2
-    with pytest.raises(ValueError, match="zero_shot_prior must be in"):
-        PPOAgent(zero_shot_prior=1.5)
+    with pytest.raises(ValueError, match=r"ppo option zero_shot_prior: Input should be less "
+                                         r"than or equal to 1 \(got 1.5\)"):
+        agents.create("ppo", zero_shot_prior=1.5)
 
 
 @pytest.mark.slow
@@ -340,8 +342,8 @@ def test_ppo_learns_the_loop_walk_on_a_fixed_cost_model():
     def stay(obs: np.ndarray, mask: np.ndarray) -> np.ndarray:
         return np.zeros(len(nvec), dtype=np.int64)
 
-    agent = PPOAgent(seed=0, checkpoint=None, n_steps=64, batch_size=32, n_epochs=4,
-                     learning_rate=1e-3, layout_share=None)
+    agent = PPOAgent(PPOOptions(seed=0, checkpoint=None, n_steps=64, batch_size=32,
+                                n_epochs=4, learning_rate=1e-3, layout_share=None))
     steps_per_second = agent.pretrain(make, 12 * 64)
     assert steps_per_second > 0 and agent.updates["pretrain"] == 12
 

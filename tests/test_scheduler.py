@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from altenv.ops.workload import parse_workload
 from altenv.tuning.scheduler import (
     ALPHA,
     TaskProgress,
@@ -51,7 +52,10 @@ def test_trials_past_the_share_count_as_handed_out():
 
 
 def test_similarity_groups_drop_shapes_but_keep_the_kernel():
-    one = similarity_group("c2d:N=1,I=32,O=16,H=112,W=112,KH=1,KW=1,stride=1,pad=0")
-    assert one == similarity_group("c2d:N=1,I=96,O=576,H=14,W=14,KH=1,KW=1")
-    assert one != similarity_group("c2d:N=1,I=3,O=32,H=224,W=224,KH=3,KW=3,stride=2,pad=1")
-    assert one != similarity_group("dep:N=1,C=32,H=112,W=112,KH=1,KW=1")
+    def group(spec):
+        return similarity_group(parse_workload(spec))
+
+    one = group("c2d:N=1,I=32,O=16,H=112,W=112,KH=1,KW=1,stride=1,pad=0")
+    assert one == group("c2d:N=1,I=96,O=576,H=14,W=14,KH=1,KW=1")
+    assert one != group("c2d:N=1,I=3,O=32,H=224,W=224,KH=3,KW=3,stride=2,pad=1")
+    assert one != group("dep:N=1,C=32,H=112,W=112,KH=1,KW=1")

@@ -4,11 +4,17 @@ correctness of the best program, and resume without re-measuring."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import agents
+import agents.options
+from agents.options import EvolutionOptions, RandomOptions
+from altenv import pretrained
 from altenv.measure import MeasureConfig, create
 from altenv.ops import run_numpy
 from altenv.records import RecordDB, candidate_key
@@ -103,11 +109,14 @@ def test_agent_registry_errors():
         agents.create("numpy:ndarray")
 
 
-def test_agent_options_are_typed_by_the_agents_signature(tmp_path):
-    """One mechanism for every agent: its ``__init__`` signature as a pydantic model; the
-    options are converted to the annotated types, refused with a line naming them."""
+def test_agent_options_are_one_typed_model_validated_once(tmp_path):
+    """A built-in agent's options are its ``Options`` model (:mod:`agents.options`): values
+    converted to its types, unknown or bad ones refused in one line, before and without
+    importing the agent; the agent is made from the validated model, which ``build`` does
+    not validate again (``defaults`` fill only what the options leave unset)."""
     evolution = agents.agent_class("evolution")
-    fields = agents.options_model(evolution).model_fields
+    assert agents.options_model(evolution) is EvolutionOptions is evolution.Options
+    fields = EvolutionOptions.model_fields
     assert fields["initial_layouts"].default == 4 and "seed" in fields
     agent = agents.build("evolution", {"initial_layouts": "8", "epsilon": 1},
                          {"seed": 5, "tensorboard_log": "tb"})  # defaults it does not take
@@ -117,8 +126,69 @@ def test_agent_options_are_typed_by_the_agents_signature(tmp_path):
         agents.create("evolution", initial_layouts="many")
     with pytest.raises(ValueError, match="random takes no option 'steps'; allowed: seed"):
         agents.create("random", steps=3)
-    assert agents.check_options(agents.agent_class("mind_mappings"),
-                                {"hidden_sizes": [8, 4]}, "mm") == {"hidden_sizes": [8, 4]}
+    with pytest.raises(ValueError, match=r"^evolution option epsilon: Input should be less than "
+                                         r"or equal to 1 \(got 1.5\)$"):
+        agents.validate_options("evolution", {"epsilon": 1.5})
+    with pytest.raises(ValueError, match=r"^evolution option layout_draws: Input should be "
+                                         r"'solver' or 'actions' \(got 'eq2'\)$"):
+        agents.validate_options("evolution", {"layout_draws": "eq2"})
+    with pytest.raises(ValueError, match=r"^evolution option cost_model: must be null, "
+                                         r"'pretrained' or a checkpoint directory holding a "
+                                         r"costmodel.npz \(got "):
+        agents.validate_options("evolution", {"cost_model": str(tmp_path)})
+    with pytest.raises(ValueError, match=r"^heron_cga option mutation_prob: Input should be "
+                                         r"less than or equal to 1 \(got 2\)$"):
+        agents.validate_options("heron_cga", {"mutation_prob": 2})
+    assert agents.check_options(agents.agent_class("mind_mappings"), {"hidden_sizes": [8, 4]},
+                                "mm").model_dump(exclude_unset=True) == {"hidden_sizes": [8, 4]}
+
+    valid = agents.validate_options("evolution", {"seed": 3, "population": "8"})
+    assert isinstance(valid, EvolutionOptions) and valid.population == 8
+    seen = []
+    real = EvolutionOptions.model_validate
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(EvolutionOptions, "model_validate",
+                   classmethod(lambda cls, *a, **k: seen.append(a) or real(*a, **k)))
+        agent = agents.build("evolution", valid, {"seed": 9, "race_trials": 2, "nope": 1})
+    assert not seen  # not validated again
+    assert (agent.population, agent.race_trials) == (8, 2)
+    assert agent.rng.bit_generator.state == np.random.default_rng(3).bit_generator.state
+    with pytest.raises(TypeError, match="RandomOptions, not EvolutionOptions"):
+        agents.build("evolution", RandomOptions())
+    assert isinstance(agents.build("random", RandomOptions(seed=2)), type(agents.create("random")))
+
+
+def test_options_of_a_keyword_agent_come_from_its_init():
+    """A class without ``Options`` keeps its keywords: a model of its ``__init__``."""
+
+    class Keywords(agents.Agent):
+        def __init__(self, radius: int = 2, name: str = "x", **more):
+            self.radius, self.more = radius, more
+
+        def propose(self, session, n, layout):
+            return []
+
+    model = agents.options_model(Keywords)
+    assert list(model.model_fields) == ["radius", "name"]
+    valid = agents.check_options(Keywords, {"radius": "3", "other": 1}, "kw")
+    assert valid.radius == 3 and valid.model_extra == {"other": 1}
+
+
+def test_agent_options_import_no_agent_tvm_or_torch():
+    """Reading a config checks agent options without importing the agents (TVM, torch)."""
+    code = ("import sys, agents, agents.options\n"
+            "agents.validate_options('ppo', {'seed': 1, 'checkpoint': None})\n"
+            "agents.validate_options('evolution', {'cost_model': 'pretrained'})\n"
+            "print(sorted(m for m in sys.modules if m.startswith(('tvm', 'torch', "
+            "'stable_baselines3', 'agents.'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=Path(agents.__file__).parents[1]).stdout
+    assert out.strip() == "['agents.base', 'agents.options']"
+    assert agents.options.PRETRAINED == pretrained.PRETRAINED
+    assert set(agents.options.BUILTIN) == set(agents.available())
+    for name, (where, model) in agents.options.BUILTIN.items():
+        assert agents.agent_class(name).Options is model
+        assert where.endswith(":" + agents.agent_class(name).__name__)
 
 
 @pytest.mark.slow

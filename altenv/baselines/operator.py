@@ -20,8 +20,10 @@ from ..measure import MeasureConfig, Measurer, as_module
 from ..measure.check import random_array
 from ..measure.metaschedule import metaschedule_session
 from ..ops import EPILOGUE_INPUTS, OpProgram, generate
-from ..ops.activation import parse_step, torch_value
+from ..ops.activation import torch_value
+from ..ops.epilogue import parse_step
 from ..ops.operators import Conv, MatMul, TransposedConv
+from ..ops.workload import Workload
 from ..target import make_target, target_cores, use_tvm_threads
 from .base import (
     Baseline,
@@ -188,10 +190,11 @@ def torch_function(program: OpProgram) -> Callable[..., torch.Tensor]:
     return fn
 
 
-def _torch_operator_setup(spec: str, epilogue: tuple[str, ...], raw: dict[str, np.ndarray]
+def _torch_operator_setup(workload: Workload, epilogue: tuple[str, ...],
+                          raw: dict[str, np.ndarray]
                           ) -> tuple[Callable[[], object], Callable[[], list[np.ndarray]]]:
     """In the worker process: the torch eager operator bound to its inputs."""
-    program = generate(spec, epilogue=epilogue)
+    program = generate(workload, epilogue=epilogue)
     names = ["data", "weight"] + [s for s in epilogue if s in EPILOGUE_INPUTS]
     tensors = [torch.from_numpy(np.ascontiguousarray(raw[n])) for n in names]
     fn = torch_function(program)
@@ -221,7 +224,7 @@ def torch_operator_baseline(
         raise ValueError(f"torch baseline: only float32 operators, got {program.op.dtype}")
     threads = target_cores(make_target(target))
     raw = raw if raw is not None else program.random_inputs(seed)
-    worker = IsolatedRun(functools.partial(_torch_operator_setup, str(program.workload),
+    worker = IsolatedRun(functools.partial(_torch_operator_setup, program.workload,
                                            tuple(program.epilogue), dict(raw)), threads)
     return Baseline("torch", worker.run, worker.outputs, worker=worker,
                     notes=f"torch {torch.__version__} eager, {threads} threads, own process")

@@ -27,6 +27,7 @@ import tvm
 
 from ..ops import LayoutTemplate, generate
 from ..ops.operators import Conv, MatMul
+from ..ops.workload import Workload
 from ..space.loop_space import LoopSpace
 from ..target import host_cpu_target, make_target
 
@@ -80,10 +81,11 @@ def _compile(sch: tvm.s_tir.Schedule, target: tvm.target.Target, cubins: Path
     return lib
 
 
-def build_bundle(workloads: dict[str, str], output: Path, layouts: int = 3, loops: int = 6,
-                 seed: int = 0, log: Any = print) -> dict[str, Any]:
-    """Build ``layouts x loops`` candidates of each workload (name -> spec) into ``output``
-    with everything the GPU side needs: libraries, arrays, runtime libraries, manifest."""
+def build_bundle(workloads: dict[str, str | Workload], output: Path, layouts: int = 3,
+                 loops: int = 6, seed: int = 0, log: Any = print) -> dict[str, Any]:
+    """Build ``layouts x loops`` candidates of each workload (name -> spec or workload) into
+    ``output`` with everything the GPU side needs: libraries, arrays, runtime libraries,
+    manifest."""
     if shutil.which("nvcc") is None:
         raise RuntimeError("nvcc is not on PATH: the bundle's CUDA kernels are compiled here")
     target = make_target("cuda")
@@ -91,9 +93,10 @@ def build_bundle(workloads: dict[str, str], output: Path, layouts: int = 3, loop
     rng = np.random.default_rng(seed)
     manifest: dict[str, Any] = {"target": str(target.export()), "seed": seed, "workloads": []}
     for name, spec in workloads.items():
-        template, plain = LayoutTemplate(spec), generate(spec)
+        template = LayoutTemplate(spec)
+        plain = generate(template.workload)
         raw = plain.random_inputs(seed)
-        entry: dict[str, Any] = {"name": name, "spec": spec, "candidates": [],
+        entry: dict[str, Any] = {"name": name, "spec": str(template.workload), "candidates": [],
                                  "rtol": template.op.tolerance(), "torch": torch_call(plain),
                                  "shapes": {k: list(raw[k].shape) for k in ("data", "weight")}}
         wdir = output / name

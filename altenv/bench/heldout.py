@@ -28,7 +28,7 @@ def excluded_specs() -> set[str]:
     specs: set[str] = set()
     for path in sorted(SUITE_DIR.glob("*.yaml")):
         if path.stem != NAME:
-            specs.update(e.spec for e in load_config(path, BenchSuite).workloads)
+            specs.update(str(e.spec) for e in load_config(path, BenchSuite).workloads)
     trained = card() or {}
     for stage in ("corpus", "pretrain"):
         specs.update(trained.get(stage, {}).get("workloads", ()))

@@ -65,7 +65,7 @@ def offline_suite(data: Dataset, tuners: Sequence[str], seeds: int, pattern: str
 
 def cell_regret(measurer: ReplayMeasurer, entry: OpEntry, path: Path) -> float:
     """Regret of a finished cell (module docstring)."""
-    replay = measurer.workload(entry.spec)
+    replay = measurer.workload(str(entry.spec))
     best_measured, value = math.inf, math.inf
     with RecordDB(path / "records.jsonl") as db:
         for record in db.records():

@@ -183,7 +183,7 @@ def tune_cell(suite: BenchSuite, entry: OpEntry, tuner: str, seed: int, output: 
                 _set_aside(path, err)
                 summary = _tune_agent_cell(suite, entry, tuner, seed, path, budget,
                                            measurers.get(), progress, repair)
-        summary.update(workload=entry.name, spec=entry.spec, tuner=tuner, seed=seed,
+        summary.update(workload=entry.name, spec=str(entry.spec), tuner=tuner, seed=seed,
                        budget=budget)
         write_json(done, summary)
         return summary
@@ -218,7 +218,7 @@ def retime_workload(suite: BenchSuite, entry: OpEntry, cells: list[dict[str, Any
     if "torch" in baselines and plain.op.dtype == "float32":
         runs.append(torch_operator_baseline(plain, target=suite.target, raw=raw))
     stats = compare(runs, [plain.reference(raw)], rtol=plain.op.tolerance(), rounds=rounds)
-    timing = {"workload": entry.name, "spec": entry.spec, "epilogue": entry.epilogue,
+    timing = {"workload": entry.name, "spec": str(entry.spec), "epilogue": entry.epilogue,
               "target": str(make_target(suite.target)),
               "programs": summaries(stats),
               "cells": {f"{c['tuner']}#{c['seed']}": {k: c[k] for k in

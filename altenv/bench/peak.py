@@ -31,8 +31,8 @@ import tvm
 from tvm.script import tirx as T
 
 from ..files import UnsafeFileError, make_dir, read_json, write_json
-from ..ops import parse_workload
 from ..ops.operators import operator_for
+from ..ops.workload import Workload
 from ..space.constraints import Hardware, cache_bytes
 from ..target import make_target, use_tvm_threads
 
@@ -216,11 +216,11 @@ def host_peak(target: str | tvm.target.Target | None = None, refresh: bool = Fal
     return peak
 
 
-def operator_traffic(spec: str, epilogue: Sequence[str] = ()) -> tuple[float, float]:
+def operator_traffic(workload: Workload, epilogue: Sequence[str] = ()) -> tuple[float, float]:
     """``(FLOPs, bytes)`` of an operator: its tensors (and epilogue inputs) each moved
     once, the least any schedule moves (:meth:`~altenv.ops.operators.Operator.traffic_bytes`
     and the epilogue's residual and bias)."""
-    op = operator_for(parse_workload(spec))
+    op = operator_for(workload)
     item = np.dtype(op.out_dtype).itemsize
     nbytes = op.traffic_bytes()
     if "residual" in epilogue:

@@ -46,9 +46,10 @@ def roof(timing: dict[str, Any], peak: Peak | None) -> tuple[float, float, str]:
 
     if peak is None or "spec" not in timing or timing.get("target") != peak.target:
         return math.nan, math.nan, ""
-    if operator_for(parse_workload(timing["spec"])).dtype != "float32":
+    workload = parse_workload(timing["spec"])  # as timing.json stores it
+    if operator_for(workload).dtype != "float32":
         return math.nan, math.nan, ""
-    flops, nbytes = operator_traffic(timing["spec"], timing.get("epilogue") or ())
+    flops, nbytes = operator_traffic(workload, timing.get("epilogue") or ())
     return (flops, *peak.bound(flops, nbytes))
 
 

@@ -41,6 +41,7 @@ from ..measure import MeasureCandidate, MeasureConfig, Measurer, MeasureResult
 from ..ops import parse_workload
 from ..ops.features import workload_features
 from ..ops.operators import operator_for
+from ..ops.workload import Workload
 from ..records import RecordDB, target_string
 from ..space import LoopPoint, LoopSpace
 from ..target import make_target, vector_bits
@@ -241,11 +242,11 @@ def combine(rounds: Sequence[MeasureResult]) -> MeasureResult:
 class WorkloadCollector:
     """Collects one workload: its layouts, programs, checks and timings, journaled."""
 
-    def __init__(self, name: str, spec: str, target: Any, measurer: Measurer,
+    def __init__(self, name: str, workload: Workload, target: Any, measurer: Measurer,
                  journal: RecordDB, plan: Plan, index: int,
                  reference: ReferenceTimer | None):
-        self.name, self.spec, self.plan = name, spec, plan
-        self.task = OpTask(spec, target)
+        self.name, self.workload, self.plan = name, workload, plan
+        self.task = OpTask(workload, target)
         self.measurer, self.journal, self.reference = measurer, journal, reference
         self.rng = np.random.default_rng([plan.seed, index])
         self._known = {(freeze(r.layouts["factors"]), tuple(r.decisions)): r
@@ -345,8 +346,8 @@ class WorkloadCollector:
         return results
 
     def meta(self) -> dict[str, Any]:
-        workload = parse_workload(self.spec)
-        return {"name": self.name, "spec": self.spec, "epilogue": list(self.task.epilogue),
+        workload = self.workload
+        return {"name": self.name, "spec": str(workload), "epilogue": list(self.task.epilogue),
                 "target": target_string(self.task.target),
                 "knobs": [{"name": k.name, "extent": k.extent}
                           for k in self.task.template.knobs],
@@ -372,11 +373,12 @@ def _host() -> dict[str, Any]:
     return {"cpu": cpu, "hostname": platform.node(), "commit": commit or "unknown"}
 
 
-def collect(out: str | Path, workloads: Sequence[tuple[str, str]], plan: Plan,
+def collect(out: str | Path, workloads: Sequence[tuple[str, str | Workload]], plan: Plan,
             measure: MeasureConfig, target: Any = None, measurer: Measurer | None = None,
             card: dict[str, Any] | None = None, progress: bool = True) -> Progress:
-    """Collect ``workloads`` (``(name, spec)`` pairs) into the dataset directory ``out``;
-    workloads already there are skipped, a half-collected one resumes from its journal.
+    """Collect ``workloads`` (``(name, spec or Workload)`` pairs) into the dataset directory
+    ``out``; workloads already there are skipped, a half-collected one resumes from its
+    journal.
 
     ``card`` adds fields to the dataset card (how the workloads were drawn, the host's
     roofline, the command). Only one process collects into a directory at a time."""
@@ -385,30 +387,30 @@ def collect(out: str | Path, workloads: Sequence[tuple[str, str]], plan: Plan,
     out = Path(out)
     if out.exists() or out.is_symlink():
         check_tree(out)  # a dataset from elsewhere: nothing written through a link
-    workloads = [(name, str(parse_workload(spec))) for name, spec in workloads]
+    parsed = [(name, parse_workload(spec)) for name, spec in workloads]
     make_dir(out)
     write_text(out / ".gitignore", "journal/\n.lock\n")
     target = make_target(target)
     done = Progress()
     with DirLock(out / ".lock", f"dataset {out}"):
-        meta = _card(out, workloads, plan, target, card)
+        meta = _card(out, [(n, str(w)) for n, w in parsed], plan, target, card)
         own = measurer is None
         measurer = measurer or create(None, measure, target)
         try:
             reference = ReferenceTimer(measurer, target, out / "journal" / "reference.jsonl",
                                        plan.reference_every, plan.rounds)
             meta["reference_decisions"] = reference.decisions
-            todo = [(i, n, s) for i, (n, s) in enumerate(workloads)
+            todo = [(i, n, w) for i, (n, w) in enumerate(parsed)
                     if not (out / PROGRAMS / f"{n}.parquet").is_file()]
             per = plan.layouts * (plan.samples + plan.searched)
             bar = tqdm(total=len(todo) * per, desc="dataset", unit="program",
                        disable=not progress)
-            for index, name, spec in todo:
+            for index, name, workload in todo:
                 start = time.perf_counter()
                 path = out / "journal" / f"{name}.jsonl"
                 for attempt in range(DRIFT_RETRIES + 1):
                     with RecordDB(path) as journal:
-                        collector = WorkloadCollector(name, spec, target, measurer, journal,
+                        collector = WorkloadCollector(name, workload, target, measurer, journal,
                                                       plan, index, reference)
                         bar.set_postfix(workload=name)
                         collector.run(bar.update)

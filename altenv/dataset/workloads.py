@@ -10,15 +10,15 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
-from ..ops import parse_workload
+from ..ops.workload import Workload, parse_workload
 
 
-def name_workloads(specs: Iterable[str]) -> list[tuple[str, str]]:
-    """``(name, canonical spec)`` of each distinct spec, in order."""
+def name_workloads(specs: Iterable[str | Workload]) -> list[tuple[str, Workload]]:
+    """``(name, workload)`` of each distinct workload (spec strings parsed), in order."""
     counts: Counter[str] = Counter()
     out = []
-    for spec in dict.fromkeys(str(parse_workload(s)) for s in specs):
-        kind = parse_workload(spec).kind
-        out.append((f"{kind}-{counts[kind]:03d}", spec))
+    for workload in dict.fromkeys(parse_workload(s) for s in specs):
+        kind = workload.kind
+        out.append((f"{kind}-{counts[kind]:03d}", workload))
         counts[kind] += 1
     return out

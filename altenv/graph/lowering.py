@@ -24,7 +24,8 @@ from tvm import tirx
 from altenv.graph.ops_match import ComplexOp, get_blocks
 from altenv.layout import Layout
 from altenv.ops import LayoutTemplate, OpProgram, generate, parse_workload
-from altenv.ops.activation import ROUNDING, UNARY, Tree, step_text
+from altenv.ops.epilogue import ROUNDING, UNARY, Tree, step_text
+from altenv.ops.workload import Workload
 
 AFFINE = {pe.Add: "add", pe.Sub: "sub", pe.Mul: "mul", pe.Div: "div"}
 TRANSPOSED = ("t2d", "t3d")  # transposed convolutions: weight [I, O, K...], taps reordered
@@ -40,16 +41,18 @@ class ComplexLowering:
 
     Parameters
     ----------
-    spec: the workload spec of the task's own complex block (a separate pad task stays
-        outside: the block then reads an already padded tensor with ``pad=0``).
+    spec: the workload spec of the task's own complex block as the matcher writes it (a
+        separate pad task stays outside: the block then reads an already padded tensor with
+        ``pad=0``); what ``altenv tasks`` shows.
     data_arg, weight_arg: PrimFunc parameter positions of the operands.
     weight_transposed: a matmul weight stored ``[N, K]`` (transposed offline).
     affine: per-channel steps ``(op, operand)`` in order, ``op`` in add/sub/mul/div and the
         operand a parameter position (``int``) or an immediate (``float``).
     residual_arg: parameter position of a same-shape residual added after the affine steps.
-    activation: ``None`` or the activation step after them (:mod:`altenv.ops.activation`:
+    activation: ``None`` or the activation step after them (:mod:`altenv.ops.epilogue`:
         ``relu``, ``silu``, ``clip(-1.0,2.0)``, ... or an expression in ``x``).
     data_pads: zero padding ``(before, after)`` per data dim, done by the data's producer.
+    workload: ``spec`` parsed, once: what is generated and tuned (and keys its records).
     """
 
     spec: str
@@ -60,6 +63,7 @@ class ComplexLowering:
     residual_arg: int | None
     activation: str | None
     data_pads: tuple[tuple[int, int], ...]
+    workload: Workload
 
     @property
     def epilogue(self) -> tuple[str, ...]:
@@ -71,10 +75,10 @@ class ComplexLowering:
     @property
     def matmul(self) -> bool:
         """Whether the call is a (batched) matmul: its bias runs along the last output dim."""
-        return self.spec.startswith("gmm")
+        return self.workload.kind == "gmm"
 
     def template(self) -> LayoutTemplate:
-        return LayoutTemplate(self.spec)
+        return LayoutTemplate(self.workload)
 
     def data_layout(self, unpadded: Sequence[int], template_data: Layout) -> Layout:
         """The data layout over the unpadded tensor: the pads, then the template's layout."""
@@ -100,7 +104,7 @@ class ComplexLowering:
         """The generated program (what ``altenv.tuning.OpTask(spec, epilogue=...)`` tunes);
         ``data_stage``: its data converted in a first stage
         (:func:`altenv.ops.codegen.generate`)."""
-        return generate(self.spec, layouts, self.epilogue, data_stage=data_stage)
+        return generate(self.workload, layouts, self.epilogue, data_stage=data_stage)
 
     def func(self, layouts: Mapping[str, Layout],
              data_stage: tuple[Layout, Layout] | None = None) -> tirx.PrimFunc:
@@ -117,7 +121,7 @@ class ComplexLowering:
         if self.weight_transposed:
             w = np.swapaxes(w, -1, -2)
         # matmul [B] K N, conv O I K..., transposed conv I O K...
-        out_axis = w.ndim - 1 if matmul else int(self.spec.split(":")[0] in TRANSPOSED)
+        out_axis = w.ndim - 1 if matmul else int(self.workload.kind in TRANSPOSED)
         channels = w.shape[out_axis]
         scale, shift = np.ones(channels), np.zeros(channels)
         for op, operand in self.affine:
@@ -132,7 +136,7 @@ class ComplexLowering:
             else:
                 scale, shift = scale / c, shift / c
         w = w * scale.reshape((-1,) + (1,) * (w.ndim - 1 - out_axis))
-        if self.spec.split(":")[0] in TRANSPOSED:
+        if self.workload.kind in TRANSPOSED:
             w = self.template().op.prepare_weight(w)  # type: ignore[attr-defined]
         dtype = np.asarray(weight).dtype
         return w.astype(dtype), shift.astype(dtype) if self.affine else None
@@ -197,7 +201,7 @@ def lower_complex(func: tirx.PrimFunc, op: ComplexOp, prologue: Sequence[str],
         raise NotMappable(f"a {out_dtype} output of a {program.op.out_dtype} {op.kind}")
     affine, residual, activation = _epilogue(func, op, constant_args, tuple(out_shape))
     return ComplexLowering(spec, op.data_arg, op.weight_arg, transposed, affine, residual,
-                           activation, pads)
+                           activation, pads, wl)
 
 
 def _plain_prologue(func: tirx.PrimFunc, prologue: Sequence[str]) -> bool:
@@ -218,7 +222,7 @@ def _epilogue(func: tirx.PrimFunc, op: ComplexOp, constant_args: set[int],
               out_shape: tuple[int, ...]) -> tuple[tuple, int | None, str | None]:
     """Read the blocks after the complex block as affine steps, a residual, then an
     activation: the rest of the blocks, which read no parameter, as one expression tree of
-    the value before them (:mod:`altenv.ops.activation`). A step of the chain and a
+    the value before them (:mod:`altenv.ops.epilogue`). A step of the chain and a
     constant whose input a later block reads too (``x`` in ``x * sigmoid(x)``) starts the
     activation instead of folding."""
     blocks = get_blocks(func)

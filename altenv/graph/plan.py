@@ -35,7 +35,7 @@ from altenv.graph.propagation import (
 from altenv.graph.regen import Regenerable
 from altenv.graph.tasks import TaskGraph
 from altenv.layout import Layout
-from altenv.ops.activation import fast_step
+from altenv.ops.epilogue import fast_step
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +124,7 @@ def plan_network(graph: TaskGraph, factors: Mapping[str, Mapping[str, int]] | No
     factors; absent tasks get the untiled template) and propagate them. The generated code
     computes the float32 functions named in ``fast_math`` (``erf``, ``tanh``, ``exp``) with
     TVM's fast versions: a complex task's activation ``silu`` becomes ``fast_silu``
-    (:func:`altenv.ops.activation.fast_step`), a task of its own."""
+    (:func:`altenv.ops.epilogue.fast_step`), a task of its own."""
     factors = dict(factors or {})
     unknown = set(factors) - set(graph.tasks)
     if unknown:

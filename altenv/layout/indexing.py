@@ -8,36 +8,47 @@ accesses), so these helpers dispatch on the operand type. A *validity* is ``None
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
-from tvm import tirx
-from tvm.ir.expr import Expr
 
-Index = Union[int, np.ndarray, Expr]  # noqa: UP007 (a runtime alias)
-Valid = Union[None, bool, np.ndarray, Expr]  # noqa: UP007
+if TYPE_CHECKING:
+    from tvm.ir.expr import Expr
+
+Index = Union[int, np.ndarray, "Expr"]  # noqa: UP007 (a runtime alias)
+Valid = Union[None, bool, np.ndarray, "Expr"]  # noqa: UP007
 
 
 def is_tir(*values: Any) -> bool:
-    """Whether any operand is a TIR expression."""
-    return any(isinstance(v, Expr) for v in values)
+    """Whether any operand is a TIR expression (none is before TVM is imported: numpy-only
+    users, such as the shape checks of a config being read, never import it)."""
+    expr = sys.modules.get("tvm.ir.expr")
+    return expr is not None and any(isinstance(v, expr.Expr) for v in values)
+
+
+def _tirx() -> Any:
+    """TVM's ``tirx``, for operands :func:`is_tir` found to be TIR (TVM is loaded then)."""
+    from tvm import tirx
+
+    return tirx
 
 
 def floordiv(a: Index, b: int) -> Index:
     if b == 1:
         return a
-    return tirx.floordiv(a, b) if is_tir(a) else a // b
+    return _tirx().floordiv(a, b) if is_tir(a) else a // b
 
 
 def floormod(a: Index, b: int) -> Index:
     if b == 1:
         return 0
-    return tirx.floormod(a, b) if is_tir(a) else a % b
+    return _tirx().floormod(a, b) if is_tir(a) else a % b
 
 
 def minimum(a: Index, b: int) -> Index:
-    return tirx.min(a, b) if is_tir(a) else np.minimum(a, b)
+    return _tirx().min(a, b) if is_tir(a) else np.minimum(a, b)
 
 
 def in_range(x: Index, lo: int, hi: int) -> Valid:
@@ -45,7 +56,7 @@ def in_range(x: Index, lo: int, hi: int) -> Valid:
     if isinstance(x, (int, np.integer)):
         return None if lo <= x < hi else False
     if is_tir(x):
-        return tirx.all(x >= lo, x < hi)
+        return _tirx().all(x >= lo, x < hi)
     return (x >= lo) & (x < hi)
 
 
@@ -56,7 +67,7 @@ def both(a: Valid, b: Valid) -> Valid:
     if b is None:
         return a
     if is_tir(a, b):
-        return tirx.all(a, b)
+        return _tirx().all(a, b)
     return np.logical_and(a, b)
 
 

@@ -11,6 +11,7 @@ also on the shapes (the output must split into lanes exactly).
 
 from __future__ import annotations
 
+from ..ops.workload import parse_workload
 from .amos import AmosGenerator, candidates
 from .cp_embedding import CpEmbeddingGenerator
 from .intrinsics import INTRINSICS
@@ -37,7 +38,7 @@ def count_table() -> list[dict[str, int | str]]:
     gen, cp = AmosGenerator(), CpEmbeddingGenerator()
     rows = []
     for kind, spec in SPECS.items():
-        nest = loop_nest(spec)
+        nest = loop_nest(parse_workload(spec))
         rows.append({"kind": kind, "loops": len(nest.loops),
                      "candidates": candidates(nest, INTRINSICS["wmma_16x16x16"]),
                      "tensor_core": len(gen.generate(nest, INTRINSICS["wmma_16x16x16"])),

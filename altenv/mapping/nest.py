@@ -11,15 +11,14 @@ together); a transposed convolution's gather is described as non-affine.
 
 from __future__ import annotations
 
-from ..ops import operator_for, parse_workload
+from ..ops import operator_for
 from ..ops.operators import Conv, MatMul, TransposedConv
 from ..ops.workload import Workload
 from .base import Loop, LoopNest, Stencil
 
 
-def loop_nest(workload: str | Workload) -> LoopNest:
-    """The loops of ``workload``'s operator and the loops each tensor's index uses."""
-    wl = parse_workload(workload)
+def loop_nest(wl: Workload) -> LoopNest:
+    """The loops of ``wl``'s operator and the loops each tensor's index uses."""
     op = operator_for(wl)
     if isinstance(op, MatMul):
         if op.batch > 1:

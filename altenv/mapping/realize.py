@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..layout import Layout
-from ..ops import operator_for, parse_workload
+from ..ops import operator_for
 from ..ops.operators import Conv, MatMul
 from ..ops.workload import Workload
 from .base import Intrinsic, Mapping
@@ -70,11 +70,10 @@ def _positions(op: Conv | MatMul) -> dict[str, dict[str, int]]:
             "reduce": {"rc": 0, **{k: 1 + j for j, k in enumerate(kernel)}}}
 
 
-def realize(workload: str | Workload, mapping: Mapping) -> Realization:
+def realize(wl: Workload, mapping: Mapping) -> Realization:
     """The layouts that implement ``mapping`` (``ValueError`` where it cannot be
     generated here: another intrinsic shape, groups, dilated kernel loops on ``r``, or
     ``i`` not a multiple of the lanes)."""
-    wl = parse_workload(workload)
     op = operator_for(wl)
     intrin: Intrinsic = INTRINSICS[mapping.intrinsic]
     if tuple(intrin.operands.items()) != (("dst", ("i",)), ("src1", ("r",)),

@@ -19,7 +19,7 @@ import tvm
 from tvm.target.codegen import target_has_features
 
 from ..layout import Layout
-from ..ops import OpProgram, generate, operator_for, parse_workload
+from ..ops import OpProgram, generate, operator_for
 from ..ops.templates import Knob
 from ..ops.workload import Workload
 from .base import GENERATORS, Intrinsic, Mapping
@@ -61,14 +61,13 @@ def check_generator(generator: str) -> None:
                          f"{', '.join(MAPPING_GENERATORS)}")
 
 
-def mappings_for(workload: str | Workload, generator: str, intrin: Intrinsic
+def mappings_for(wl: Workload, generator: str, intrin: Intrinsic
                  ) -> list[tuple[Mapping, Realization]]:
-    """The mappings ``generator`` finds for ``workload`` on ``intrin`` that can be
+    """The mappings ``generator`` finds for ``wl`` on ``intrin`` that can be
     generated here, with their layouts: in the generator's order if it ranks them
     (``cp_embedding``: by its objective), else least padding first, then fewest fused
     loops."""
     check_generator(generator)
-    wl = parse_workload(workload)
     gen = GENERATORS[generator]()
     found = gen.generate(loop_nest(wl), intrin)
     out = []
@@ -105,8 +104,8 @@ class MappingTemplate:
 
     levels = 1
 
-    def __init__(self, workload: str | Workload, generator: str, target: tvm.target.Target):
-        self.workload = parse_workload(workload)
+    def __init__(self, workload: Workload, generator: str, target: tvm.target.Target):
+        self.workload = workload
         if self.workload.dtype != "int8":
             raise ValueError(f"mapping={generator!r}: the intrinsics are int8 dot products; "
                              f"use an int8 workload (…,dtype=int8), not {self.workload.dtype}")

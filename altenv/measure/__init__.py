@@ -1,25 +1,13 @@
 """Measurement of candidate programs: persistent builders, local and RPC runners,
 correctness checks. ``create("local" | "rpc", config, target)`` is the entry point."""
 
-from .builder import PersistentBuilder
-from .check import CorrectnessCheck, WrongResultError
-from .config import MeasureConfig, RPCSettings
-from .measurer import LocalMeasurer, Measurer, RPCMeasurer, create, device_type
-from .result import MeasureCandidate, MeasureResult, ProgramPoint, as_module
+import lazy_loader
 
-__all__ = [
-    "CorrectnessCheck",
-    "LocalMeasurer",
-    "MeasureCandidate",
-    "MeasureConfig",
-    "MeasureResult",
-    "ProgramPoint",
-    "Measurer",
-    "PersistentBuilder",
-    "RPCMeasurer",
-    "RPCSettings",
-    "WrongResultError",
-    "as_module",
-    "create",
-    "device_type",
-]
+# Submodules load on first use, so that reading a config (altenv.config) imports no TVM.
+__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
+    "builder": ["PersistentBuilder"],
+    "check": ["CorrectnessCheck", "WrongResultError"],
+    "config": ["MeasureConfig", "RPCSettings"],
+    "measurer": ["LocalMeasurer", "Measurer", "RPCMeasurer", "create", "device_type"],
+    "result": ["MeasureCandidate", "MeasureResult", "ProgramPoint", "as_module"],
+})

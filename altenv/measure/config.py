@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import math
 import os
+from typing import TYPE_CHECKING
 
 from pydantic import Field, field_validator
-from tvm.s_tir.meta_schedule.runner import RPCConfig
 
 from ..strict import Strict
+
+if TYPE_CHECKING:  # a config is read without TVM
+    from tvm.s_tir.meta_schedule.runner import RPCConfig
 
 DEFAULT_PRELOAD = ("tvm.s_tir.meta_schedule", "tvm.s_tir.transform", "altenv.measure.builder")
 
@@ -59,6 +62,8 @@ class RPCSettings(Strict):
     def session_config(self, timeout: float) -> RPCConfig:
         """MetaSchedule's ``RPCConfig`` of a session on one of the devices, which the server
         ends after ``timeout`` seconds."""
+        from tvm.s_tir.meta_schedule.runner import RPCConfig
+
         return RPCConfig(tracker_host=self.host, tracker_port=self.port, tracker_key=self.key,
                          session_priority=self.priority, session_timeout_sec=math.ceil(timeout))
 

@@ -57,7 +57,7 @@ def serve() -> None:
     for name in filter(None, sys.argv[-1].split(",")):
         importlib.import_module(name)
     sock = socket.socket(fileno=int(sys.argv[-2]))
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps exited workers
+    signal.signal(signal.SIGCHLD, _reap)
     while True:
         try:
             message, fds, _, _ = socket.recv_fds(sock, _MAX_REQUEST, 8)
@@ -71,6 +71,16 @@ def serve() -> None:
         for each in fds:
             os.close(each)
         sock.sendall(struct.pack("<q", pid))
+
+
+def _reap(signum: int, frame: Any) -> None:
+    """Reap the workers that exited, so that their CPU time is added to this zygote's
+    children's: a collection counts its own process tree's time from those totals
+    (:class:`altenv.dataset.collect.OtherLoad`), and a worker the kernel reaped itself (with
+    ``SIGCHLD`` ignored) would take its time with it, to be counted as another process's."""
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
 
 
 def _worker(sock: socket.socket, request: dict[str, Any], fds: list[int]) -> None:

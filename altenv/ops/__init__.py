@@ -1,12 +1,12 @@
 """ALT's nine complex operators: workload specs, layout-aware generation, templates."""
 
-from .codegen import EPILOGUE_INPUTS, Epilogue, OpProgram, generate, run_numpy
-from .operators import Operator, operator_for
-from .templates import Knob, LayoutTemplate, divisors, nearest_divisor
-from .workload import KINDS, Workload, parse_workload
+import lazy_loader
 
-__all__ = [
-    "EPILOGUE_INPUTS", "Epilogue", "KINDS", "Knob", "LayoutTemplate", "OpProgram",
-    "Operator", "Workload",
-    "divisors", "generate", "nearest_divisor", "operator_for", "parse_workload", "run_numpy",
-]
+# Submodules load on first use, so that reading a config (altenv.config) imports no TVM.
+__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
+    "codegen": ["OpProgram", "generate", "run_numpy"],
+    "epilogue": ["EPILOGUE_INPUTS", "Epilogue"],
+    "operators": ["Operator", "operator_for"],
+    "templates": ["Knob", "LayoutTemplate", "divisors", "nearest_divisor"],
+    "workload": ["KINDS", "Workload", "parse_workload"],
+})

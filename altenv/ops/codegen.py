@@ -12,12 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Any
 
 import numpy as np
 import torch
 import tvm
-from pydantic import AfterValidator
 from tvm import te, tirx
 from tvm.sym.analyzer import Analyzer
 
@@ -25,17 +24,10 @@ from ..layout import Layout
 from ..layout.convert import conversion_stage
 from ..layout.primitives import Pad, Reorder, Split, StoreAt
 from ..target import make_target
-from .activation import canonical_step, parse_step, te_value, torch_value
+from .activation import te_value, torch_value
+from .epilogue import EPILOGUE_INPUTS, parse_step
 from .operators import Operator, operator_for
 from .workload import Workload, parse_workload
-
-Epilogue = Annotated[str, AfterValidator(canonical_step)]
-"""An elementwise step fused after an operator, in the order given: add a per-channel
-``bias``, add a ``residual`` tensor of the output's shape, or an activation
-(:mod:`altenv.ops.activation`: ``relu``, ``relu6``, ``silu``, ``gelu``, ``clip(lo,hi)``,
-``leaky_relu(a)``, ... or an expression in ``x``). Configs and suites take these."""
-EPILOGUE_INPUTS = ("bias", "residual")
-"""The steps that read a tensor of their own (an argument after ``data`` and ``weight``)."""
 
 
 def _attached_bias(weight: Layout, op: Operator) -> Layout | None:

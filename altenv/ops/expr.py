@@ -20,13 +20,10 @@ import tvm.ir.expr as ire
 import tvm.ir.prim.expr as pe
 from tvm import te, tirx, topi
 
+from .epilogue import ENABLED_BY
+
 FAST_MATH = {"erf": topi.fast_erf, "tanh": topi.fast_tanh, "exp": topi.fast_exp}
 """The functions ``fast_math`` can name, with their TVM fast versions."""
-ENABLED_BY = {"exp": "exp", "sigmoid": "exp", "erf": "erf", "tanh": "tanh"}
-"""Each function with a fast version, and the ``fast_math`` name that turns it on (a sigmoid
-is computed through ``exp``)."""
-DEFAULT_FAST_MATH = ("erf", "exp")
-"""What a model run computes with the fast versions unless its config says otherwise."""
 
 _BINARY = (pe.Add, pe.Sub, pe.Mul, pe.Div, pe.Mod, pe.FloorDiv, pe.FloorMod, pe.Min, pe.Max,
            pe.EQ, pe.NE, pe.LT, pe.LE, pe.GT, pe.GE, pe.And, pe.Or, pe.LShift, pe.RShift,

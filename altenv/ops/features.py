@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from .operators import operator_for
-from .workload import KINDS, Workload, parse_workload
+from .workload import KINDS, Workload
 
 WORKLOAD_FEATURES = len(KINDS) + 17
 """Length of :func:`workload_features`."""
@@ -30,12 +30,12 @@ def _max(value: int | tuple[int, ...] | None, default: int = 1) -> int:
     return max(value) if isinstance(value, tuple) else int(value)
 
 
-def workload_features(workload: str | Workload) -> np.ndarray:
+def workload_features(workload: Workload) -> np.ndarray:
     """``float32`` values in [0, 1]: the kind (one-hot), then ``log2`` scaled batch, input
     and output channels (a GEMM's K and N), depth, height, width and GEMM rows, the
     kernel window (depth, height, width, /7), stride and dilation (/4), groups, whether
     the dtype is int8 or float16, ``log2`` of the FLOPs and of the arithmetic intensity."""
-    wl = parse_workload(workload)
+    wl = workload
     p = wl.params
     op = operator_for(wl)
     kind = np.zeros(len(KINDS), dtype=np.float32)

@@ -17,13 +17,15 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from ..layout import Window
 from .workload import Workload
+
+if TYPE_CHECKING:  # torch computes references only: a config's shape checks do without it
+    import torch
 
 Shape = tuple[int, ...]
 Read = Callable[[str, list[Any]], Any]
@@ -134,6 +136,8 @@ def per_dim(value: int | tuple[int, ...], rank: int, key: str, workload: Workloa
 
 
 def _torch(x: np.ndarray) -> torch.Tensor:
+    import torch
+
     return torch.from_numpy(np.asarray(x, dtype=np.float64))
 
 
@@ -208,6 +212,8 @@ class Conv(Operator):
         return {"data": np.pad(raw["data"], pads), "weight": raw["weight"]}
 
     def reference(self, raw: dict[str, np.ndarray]) -> np.ndarray:
+        import torch
+
         fn = {1: torch.nn.functional.conv1d, 2: torch.nn.functional.conv2d,
               3: torch.nn.functional.conv3d}[self.rank]
         res = fn(_torch(raw["data"]), _torch(raw["weight"]), stride=self.stride, padding=self.pad,
@@ -315,6 +321,8 @@ class TransposedConv(Operator):
         return weight
 
     def reference(self, raw: dict[str, np.ndarray]) -> np.ndarray:
+        import torch
+
         fn = torch.nn.functional.conv_transpose3d if self.rank == 3 else \
             torch.nn.functional.conv_transpose2d
         res = fn(_torch(raw["data"]), _torch(raw["weight"]), stride=self.stride, padding=self.pad,

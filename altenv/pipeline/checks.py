@@ -16,17 +16,19 @@ from agents.checkpoint import has_policy
 
 from ..config import AgentConfig, ConfigError, RunConfig, SearchConfig, TrainConfig
 from ..graph import ImportedModel, load_model
+from ..ops.workload import Workload
 from ..target import check_device as present
-from ..target import make_target
+from ..target import check_target
 from ..tuning import Budget, OpTask, TuningJob
 from .rundir import RunDir
 
 
 def check_device(target: Any) -> None:
-    """A :class:`ConfigError` of one line unless the device of ``target`` (a config's
-    target) is present on this host."""
+    """A :class:`ConfigError` of one line unless ``target`` (a config's) is one TVM makes
+    (:func:`~altenv.target.check_target`: an LLVM CPU, ``num-cores``) and its device is
+    present on this host."""
     try:
-        present(make_target(target))
+        present(check_target(target))
     except ValueError as err:
         raise ConfigError(f"target: {err}") from None
 
@@ -67,28 +69,28 @@ def check_run(cfg: RunConfig | TrainConfig, **defaults: Any) -> agents.Agent:
     return agent
 
 
-def make_job(spec: str, epilogue: Sequence[str], target: Any, search: SearchConfig,
+def make_job(workload: Workload, epilogue: Sequence[str], target: Any, search: SearchConfig,
              budget: Budget, agent: agents.Agent, mapping: str = "none",
              model: bool = False) -> TuningJob:
-    """The :class:`~altenv.tuning.TuningJob` of operator ``spec``: ``altenv tune``, a bench
+    """The :class:`~altenv.tuning.TuningJob` of operator ``workload``: ``altenv tune``, a bench
     cell and ``bench scale`` build theirs here from the same settings (``search``, a task of
     a model run with ``model``), so that they tune alike; a template the workload cannot
     have is a :class:`ConfigError` of one line."""
     try:
-        task = OpTask(spec, target, epilogue, search.levels, mapping=mapping)
+        task = OpTask(workload, target, epilogue, search.levels, mapping=mapping)
     except ValueError as err:
-        raise ConfigError(f"workload {spec!r}: {' '.join(str(err).split())}") from None
+        raise ConfigError(f"workload {str(workload)!r}: {' '.join(str(err).split())}") from None
     return TuningJob(task, agent, budget, search.options(model))
 
 
-def op_task(cfg: RunConfig | TrainConfig, spec: str, mapping: str = "none") -> OpTask:
+def op_task(cfg: RunConfig | TrainConfig, workload: Workload, mapping: str = "none") -> OpTask:
     """The :class:`~altenv.tuning.OpTask` of an operator run or of a workload to train on;
     a template the workload cannot have (e.g. no intrinsic mapping of it) is a
     :class:`ConfigError` of one line."""
     try:
-        return OpTask(spec, cfg.target, cfg.epilogue, cfg.search.levels, mapping=mapping)
+        return OpTask(workload, cfg.target, cfg.epilogue, cfg.search.levels, mapping=mapping)
     except ValueError as err:
-        raise ConfigError(f"workload {spec!r}: {' '.join(str(err).split())}") from None
+        raise ConfigError(f"workload {str(workload)!r}: {' '.join(str(err).split())}") from None
 
 
 def load_user_model(source: str, options: dict[str, Any], seed: int) -> ImportedModel:

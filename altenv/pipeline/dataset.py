@@ -13,8 +13,9 @@ from typing import Any
 from ..config import DatasetConfig
 from ..dataset.collect import Plan, Progress, collect
 from ..dataset.workloads import name_workloads
+from ..ops.workload import Workload
 from ..suites import suite_specs
-from .checks import load_user_model
+from .checks import check_device, load_user_model
 from .preview import preview
 
 
@@ -25,11 +26,11 @@ def model_specs(model: str) -> list[str]:
     return list(dict.fromkeys(c["spec"] for c in report["calls"] if c["tuned"]))
 
 
-def dataset_workloads(cfg: DatasetConfig) -> list[tuple[str, str]]:
-    """``(name, spec)`` of every workload of ``cfg``: listed, drawn, then the models'."""
-    specs = list(cfg.workloads)
+def dataset_workloads(cfg: DatasetConfig) -> list[tuple[str, Workload]]:
+    """``(name, workload)`` of every workload of ``cfg``: listed, drawn, then the models'."""
+    specs: list[str | Workload] = list(cfg.workloads)
     if cfg.draw is not None:
-        specs += cfg.draw.draw(exclude=suite_specs() | set(specs))
+        specs += cfg.draw.draw(exclude=suite_specs() | {str(w) for w in cfg.workloads})
     for model in cfg.models:
         specs += model_specs(model)
     return name_workloads(specs)
@@ -38,6 +39,7 @@ def dataset_workloads(cfg: DatasetConfig) -> list[tuple[str, str]]:
 def collect_dataset(cfg: DatasetConfig, progress: bool = True,
                     card: dict[str, Any] | None = None) -> tuple[Path, Progress]:
     """Collect (or resume) the dataset of ``cfg``; its directory and what this call did."""
+    check_device(cfg.target)
     c = cfg.collection
     plan = Plan(layouts=c.layouts, samples=c.samples, searched=c.searched, rounds=c.rounds,
                 reference_every=c.reference_every, seed=cfg.seed, quiet_host=c.quiet_host,

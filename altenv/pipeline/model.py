@@ -54,6 +54,7 @@ from ..measure import Measurer
 from ..measure.chains import ChainTimer
 from ..measure.measurer import FleetMeasurer
 from ..measure.timing import summaries
+from ..ops import operator_for
 from ..records import RecordDB
 from ..target import make_target
 from ..tuning import Budget, TuningJob, TuningSession
@@ -164,7 +165,8 @@ def plan(run: ModelRun) -> None:
     run.lowering_of = {graph.calls[i].task: low
                        for i, low in sorted(network_plan.lowerings.items())}
     run.calls = {t: sum(1 for c in graph.calls if c.task == t) for t in run.lowering_of}
-    run.weights = {t: task_weight(low.spec, run.calls[t]) for t, low in run.lowering_of.items()}
+    run.weights = {t: task_weight(operator_for(low.workload), run.calls[t])
+                   for t, low in run.lowering_of.items()}
     # on a CPU the other kernels are the tasks kept as fused; with none, their share searches
     no_others = not network_plan.kept and make_target(cfg.target).kind.name == "llvm"
     run.others = 0 if no_others else cfg.budget.others
@@ -228,7 +230,7 @@ def tune_tasks(run: ModelRun, measurer: Measurer, log: TensorBoardLog) -> None:
         last = last_of_spec[lowering.spec] == name
         reserve = 0 if last else cfg.search.warm_start  # for carry_back
         budget = Budget.split(run.budgets[name] - reserve, joint_fraction)
-        job = make_job(lowering.spec, lowering.epilogue, cfg.target, cfg.search, budget, agent,
+        job = make_job(lowering.workload, lowering.epilogue, cfg.target, cfg.search, budget, agent,
                        model=True)
         task = job.task
         session = job.session(measurer, run.db, run.cost_model)
@@ -284,7 +286,7 @@ def hand_out_reserved(run: ModelRun, measurer: Measurer, log: TensorBoardLog) ->
     among the tasks not measuring. The tasks that got some re-time their finalists and are
     settled again."""
     cfg, sessions, budgets = run.cfg, run.opened, run.budgets
-    groups = {t: similarity_group(low.spec) for t, low in run.lowering_of.items()}
+    groups = {t: similarity_group(low.workload) for t, low in run.lowering_of.items()}
     spent = sum(handed_out({t: s.trials for t, s in sessions.items()}, budgets).values())
     cap = {t: 2 * budgets[t] for t in sessions}  # its share, and as much again at most
     open_tasks = {t: s for t, s in sessions.items() if s.trials < cap[t]}

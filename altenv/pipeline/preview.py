@@ -16,11 +16,12 @@ from typing import Any
 from ..graph import ImportedModel, extract_tasks
 from ..graph.plan import plan_network
 from ..ops import operator_for, parse_workload
-from ..ops.expr import DEFAULT_FAST_MATH
+from ..ops.epilogue import DEFAULT_FAST_MATH
 
 
 def _flops(spec: str) -> int | None:
-    """FLOPs of a workload spec, or ``None`` when :mod:`altenv.ops` cannot parse it."""
+    """FLOPs of the spec of a call left untuned, or ``None`` when :mod:`altenv.ops` cannot
+    parse it."""
     try:
         return operator_for(parse_workload(spec)).flops()
     except ValueError:
@@ -48,7 +49,7 @@ def preview(model: ImportedModel) -> dict[str, Any]:
             "epilogue": list(lowering.epilogue) if lowering else None,
             "tuned": lowering is not None,
             "reason": None if lowering else plan.fallbacks.get(call.index, "not mapped"),
-            "flops": _flops(spec)})
+            "flops": operator_for(lowering.workload).flops() if lowering else _flops(spec)})
     known = [c for c in calls if c["flops"] is not None]
     total = sum(c["flops"] for c in known)
     tuned = sum(c["flops"] for c in known if c["tuned"])

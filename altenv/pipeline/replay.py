@@ -13,26 +13,28 @@ from typing import Any
 
 from tvm.s_tir import Schedule
 
+from ..ops.workload import Workload, parse_workload
 from ..space import StaleRecordError
 from ..tuning import OpTask, freeze
 from ..tuning.task import Factors
 
 
-def replay_best(spec: str, epilogue: Sequence[str], target: Any, entry: Mapping[str, Any],
-                mapping: str = "none") -> tuple[OpTask, Factors, Schedule]:
-    """The task, template factors and schedule of a recorded best candidate (``entry``:
-    its ``factors`` and loop ``decisions``)."""
-    task = OpTask(spec, target, epilogue, mapping=mapping)
+def replay_best(workload: Workload, epilogue: Sequence[str], target: Any,
+                entry: Mapping[str, Any], mapping: str = "none"
+                ) -> tuple[OpTask, Factors, Schedule]:
+    """The task, template factors and schedule of a recorded best candidate of ``workload``
+    (``entry``: its ``factors`` and loop ``decisions``)."""
+    task = OpTask(workload, target, epilogue, mapping=mapping)
     factors = freeze(entry["factors"])
     space = task.space(factors)
     try:
         point = space.from_vector(entry["decisions"])
     except StaleRecordError as err:
-        raise StaleRecordError(f"{spec}: the recorded best (layout {dict(factors)}): {err}; "
+        raise StaleRecordError(f"{workload}: the recorded best (layout {dict(factors)}): {err}; "
                                "tune it again with this version") from err
     schedule = space.decode(point)
     if schedule is None:
-        raise StaleRecordError(f"{spec}: the recorded best (layout {dict(factors)}) no longer "
+        raise StaleRecordError(f"{workload}: the recorded best (layout {dict(factors)}) no longer "
                                "decodes to a valid schedule; tune it again with this version")
     return task, factors, schedule
 
@@ -46,6 +48,7 @@ def best_schedules(target: Any, best: Mapping[str, Any]
     choose them again, for a run recorded before the build could read through)."""
     factors, schedules = {}, {}
     for name, entry in best["tasks"].items():
-        _, f, schedule = replay_best(entry["spec"], entry["epilogue"], target, entry)
+        workload = parse_workload(entry["spec"])  # as best.json stores it
+        _, f, schedule = replay_best(workload, entry["epilogue"], target, entry)
         factors[name], schedules[name] = dict(f), schedule
     return factors, schedules, best.get("read_through", "measure")

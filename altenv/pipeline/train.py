@@ -45,7 +45,7 @@ from ..files import check_file, read_json, write_json, write_text
 from ..graph.plan import plan_network
 from ..graph.tasks import extract_tasks
 from ..measure import create
-from ..ops.expr import DEFAULT_FAST_MATH
+from ..ops.epilogue import DEFAULT_FAST_MATH
 from ..records import RecordDB
 from ..suites import suite_specs
 from ..target import make_target
@@ -61,8 +61,9 @@ def model_tasks(cfg: TrainConfig, source: str) -> list[OpTask]:
     a model that does not import is a :class:`ConfigError` of one line."""
     graph = extract_tasks(load_user_model(source, cfg.model_options, cfg.seed))
     plan = plan_network(graph, fast_math=DEFAULT_FAST_MATH)
-    tasks = dict.fromkeys((low.spec, tuple(low.epilogue)) for low in plan.lowerings.values())
-    return [OpTask(spec, cfg.target, epilogue, cfg.search.levels) for spec, epilogue in tasks]
+    tasks = dict.fromkeys((low.workload, tuple(low.epilogue)) for low in plan.lowerings.values())
+    return [OpTask(workload, cfg.target, epilogue, cfg.search.levels)
+            for workload, epilogue in tasks]
 
 
 class _State:
@@ -228,7 +229,7 @@ def write_card(cfg: TrainConfig, state: _State, checkpoint: Path, command: str
                    if p.is_file() and p.name not in (pretrained.CARD, "CARD.md"))
     ranking_path = RunDir(cfg.run_dir).ranking
     card = {
-        "agent": cfg.agent.name, "options": cfg.agent.options,
+        "agent": cfg.agent.name, "options": cfg.agent.given,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "commit": _git_commit(), "command": command, "cpu": _cpu_name(),
         "target": str(target),
@@ -288,7 +289,7 @@ def train(cfg: TrainConfig, progress: bool = True, repair: bool = False,
     run_dir = RunDir(cfg.run_dir)
     checkpoint = run_dir.checkpoint
     if (checkpoint / "policy.json").exists():  # resume from the run's own, whatever it began from
-        options = {**cfg.agent.options, "checkpoint": str(checkpoint)}
+        options = {**cfg.agent.given, "checkpoint": str(checkpoint)}
         cfg = cfg.model_copy(update={"agent": cfg.agent.model_copy(update={"options": options})})
     agent = check_run(cfg, tensorboard_log=str(run_dir.tensorboard))
     if (cfg.corpus or cfg.pretrain) and not hasattr(agent, "pretrain"):

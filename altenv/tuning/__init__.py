@@ -1,10 +1,12 @@
 """Tuning: operator tasks, measurement sessions with a cost model, and the tuning loop."""
 
-from .budget import Budget
-from .job import SearchOptions, TuningJob
-from .loop import tune
-from .session import TuningSession
-from .task import Candidate, OpTask, freeze
+import lazy_loader
 
-__all__ = ["Budget", "Candidate", "OpTask", "SearchOptions", "TuningJob", "TuningSession",
-           "freeze", "tune"]
+# Submodules load on first use, so that reading a config (altenv.config) imports no TVM.
+__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
+    "budget": ["Budget"],
+    "job": ["SearchOptions", "TuningJob"],
+    "loop": ["tune"],
+    "session": ["TuningSession"],
+    "task": ["Candidate", "OpTask", "freeze"],
+})

@@ -10,8 +10,10 @@ starved.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from ..ops import operator_for, parse_workload
+if TYPE_CHECKING:  # a config holds a Budget and is read without torch
+    from ..ops.operators import Operator
 
 JOINT_SHARE = 0.3
 """The joint stage's share of a task's searched trials (ALT §7: 30:70)."""
@@ -49,11 +51,10 @@ class Budget:
         return self.joint + self.loop_only + self.extra
 
 
-def task_weight(spec: str, calls: int) -> float:
+def task_weight(op: Operator, calls: int) -> float:
     """A task's share of the budget, in proportion to a roofline estimate of its latency:
-    ``max(FLOPs, RIDGE x bytes moved) x calls``. FLOPs alone starve memory-bound tasks
-    (MobileNet-V2's depthwise convolutions, the classifier GEMV)."""
-    op = operator_for(parse_workload(spec))
+    ``max(FLOPs, RIDGE x bytes moved) x calls`` of its operator ``op``. FLOPs alone starve
+    memory-bound tasks (MobileNet-V2's depthwise convolutions, the classifier GEMV)."""
     return max(float(op.flops()), RIDGE_FLOPS_PER_BYTE * op.traffic_bytes()) * calls
 
 

@@ -60,7 +60,7 @@ class TuningJob:
                 cost_model: CostModel | None = None) -> TuningSession:
         """The measurement session of this job's task on ``measurer``, its records in ``db``
         (a resumed session continues from them)."""
-        return TuningSession(self.task, measurer, db, cost_model, check=self.search.check)
+        return open_session(self.task, measurer, db, cost_model, self.search)
 
     def run(self, session: TuningSession, progress: bool = True,
             callbacks: Sequence[Callable[[TuningSession], None]] = ()) -> float:
@@ -71,3 +71,12 @@ class TuningJob:
                     finalists=self.search.finalists,
                     finalist_rounds=self.search.finalist_rounds,
                     finalists_cold=self.search.finalists_cold)
+
+
+def open_session(task: OpTask, measurer: Measurer, db: RecordDB,
+                 cost_model: CostModel | None = None,
+                 search: SearchOptions = SearchOptions()) -> TuningSession:
+    """A measurement session of ``task`` as a job searching as ``search`` opens it: a job's
+    own (:meth:`TuningJob.session`) and the one an environment measures its rewards in, so
+    that both check candidates alike."""
+    return TuningSession(task, measurer, db, cost_model, check=search.check)

@@ -18,7 +18,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ..ops import parse_workload
+from ..ops.workload import Workload
 
 ALPHA = 0.2
 """Weight of the measured slope against the optimistic guess (Ansor's ``alpha``)."""
@@ -74,10 +74,9 @@ def handed_out(trials: Mapping[str, int], shares: Mapping[str, int]) -> dict[str
     return {t: trials[t] - shares[t] for t in shares if trials[t] > shares[t]}
 
 
-def similarity_group(spec: str) -> str:
+def similarity_group(workload: Workload) -> str:
     """Tasks whose throughputs the scheduler compares: the operator kind with its kernel
     window, stride, dilation and groups (shapes aside)."""
-    workload = parse_workload(spec)
     kept = [f"{k}={v}" for k, v in workload.params.items()
             if k.startswith("K") or k in ("stride", "dilation", "groups")]
     return f"{workload.kind}:{','.join(kept)}"

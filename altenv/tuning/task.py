@@ -22,8 +22,9 @@ import tvm
 from ..mapping import MappingTemplate
 from ..measure import CorrectnessCheck
 from ..ops import LayoutTemplate, OpProgram, parse_workload
-from ..ops.activation import canonical_step
+from ..ops.epilogue import canonical_step
 from ..ops.templates import Template
+from ..ops.workload import Workload
 from ..space import LoopPoint, LoopSpace
 from ..target import make_target
 
@@ -49,7 +50,9 @@ class OpTask:
     Parameters
     ----------
     workload:
-        A spec string such as ``"c2d:N=1,I=64,O=64,H=56,W=56,KH=3,KW=3,pad=1"``.
+        A :class:`~altenv.ops.Workload` (what runs and suites pass: their configs parsed
+        it) or a spec string such as ``"c2d:N=1,I=64,O=64,H=56,W=56,KH=3,KW=3,pad=1"``,
+        parsed here.
     target:
         A target (``None``: this host's CPU).
     epilogue:
@@ -66,9 +69,10 @@ class OpTask:
         the (int8) operator onto the target's dot-product intrinsic, tensorized.
     """
 
-    def __init__(self, workload: str, target: Any = None, epilogue: Sequence[str] = (),
-                 levels: int = 1, cache_size: int = 16, mapping: str = "none"):
-        self.workload = parse_workload(workload)
+    def __init__(self, workload: str | Workload, target: Any = None,
+                 epilogue: Sequence[str] = (), levels: int = 1, cache_size: int = 16,
+                 mapping: str = "none"):
+        self.workload: Workload = parse_workload(workload)
         self.target: tvm.target.Target = make_target(target)
         self.epilogue = tuple(canonical_step(step) for step in epilogue)
         self.mapping = mapping

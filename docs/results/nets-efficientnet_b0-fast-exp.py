@@ -15,7 +15,7 @@ from altenv.graph import load_model
 from altenv.graph.network import build_network
 from altenv.graph.tasks import extract_tasks
 from altenv.measure.timing import summaries
-from altenv.ops.activation import fast_step
+from altenv.ops.epilogue import fast_step
 from altenv.pipeline import RunDir
 from altenv.pipeline.replay import replay_best
 
