@@ -288,6 +288,7 @@ def train(cfg: TrainConfig, progress: bool = True, repair: bool = False,
     ``repair`` moves bad lines of its records aside; ``command`` goes on the card."""
     run_dir = RunDir(cfg.run_dir)
     checkpoint = run_dir.checkpoint
+    configured = cfg  # what the card says the run was given
     if (checkpoint / "policy.json").exists():  # resume from the run's own, whatever it began from
         options = {**cfg.agent.given, "checkpoint": str(checkpoint)}
         cfg = cfg.model_copy(update={"agent": cfg.agent.model_copy(update={"options": options})})
@@ -317,7 +318,7 @@ def train(cfg: TrainConfig, progress: bool = True, repair: bool = False,
             _pretrain(cfg, state, agent, path)
         _workloads(cfg, state, agent, cost_model, tasks, db, progress)
         agent.save(checkpoint)
-        write_card(cfg, state, checkpoint, command or f"altenv train {cfg.name}.yaml")
+        write_card(configured, state, checkpoint, command or f"altenv train {cfg.name}.yaml")
     if cfg.publish:
         made_on = make_target(cfg.target)
         target = Path(cfg.publish.format(mcpu=made_on.attrs.get("mcpu") or made_on.kind.name))
