@@ -23,9 +23,10 @@ strategy in place of random batches:
   keeps the faster half), because a layout's first few trials say more about the luck of
   its loop samples than about the layout. It then keeps the winner and, by default, hands
   its loops to MetaSchedule's own ``EvolutionarySearch`` (``altenv.tuning.ms_search``),
-  started from the layout's measured records and ranked by the same cost model (the
-  race's trials come from the same searches); ``loop_search="evolution"`` keeps the
-  evolution above instead.
+  started from the layout's measured records (the race's among them) and ranked by the
+  same cost model; ``loop_search="evolution"`` keeps the evolution above instead. The
+  race's batches come from the evolution above (``race_search``): a MetaSchedule search
+  per entrant costs a population of 512 points for the 8 to 16 trials a loser gets.
 - ``layout_rank="predicted"`` ranks layouts, where the joint stage narrows and where the
   race picks and halves its entrants, by the best the cost model predicts over each
   layout's evolved loop population instead of by its best measured trial: a layout judged
@@ -90,6 +91,7 @@ class EvolutionAgent(Agent):
         self.initial_rounds, self.blocked_rounds = o.initial_rounds, o.blocked_rounds
         self.layout_draws = o.layout_draws
         self.race_layouts, self.race_trials = o.race_layouts, o.race_trials
+        self.race_search = o.race_search
         self.diversity = o.diversity
         self.stall_trials, self.revisit_trials = o.stall_trials, o.revisit_trials
         self._task: str | None = None
@@ -384,32 +386,36 @@ class EvolutionAgent(Agent):
                 ) -> list[Candidate]:
         """The evolved population of one layout (the next in the joint stage's schedule,
         or ``layout``), valid points only, best predicted first. In the loop-only stage
-        the layout is the race's while it runs, and with ``loop_search="metaschedule"``
-        the batch is MetaSchedule's next picks for it (the evolution's population only
-        if it has none left to offer); after a stall, the layout whose turn it is
-        (:meth:`_revisit`)."""
+        the layout is the race's while it runs (searched by ``race_search``); then the
+        winner's, and with ``loop_search="metaschedule"`` the batch is MetaSchedule's next
+        picks for it (the evolution's population only if it has none left to offer); after
+        a stall, the layout whose turn it is (:meth:`_revisit`; a runner-up's searched by
+        ``race_search``)."""
         self.setup(session)
         if layout is None:
-            return self._loop_batch(session, n, None)
-        turn = self._race(session)
+            return self._loop_batch(session, n, None, "evolution")
+        turn, search = self._race(session), self.race_search
         if turn is not None and turn[1] == 0:  # the race is over: its winner, unless stalled
             layout, turn = turn[0], None
         if turn is None:
             turn = self._revisit(session)
+            if turn is not None and turn[0] == layout:  # the best layout's turn
+                search = self.loop_search
         if turn is None:
-            return self._loop_batch(session, n, layout)
-        batch = [c for c in self._loop_batch(session, n, turn[0])
+            return self._loop_batch(session, n, layout, self.loop_search)
+        batch = [c for c in self._loop_batch(session, n, turn[0], search)
                  if session.measured(c) is None][:turn[1]]  # the turn's quota, unmeasured
         if batch:
             return batch
         self._exhausted.add(turn[0])  # nothing new left on it: out of the race or turn
         return self.propose(session, n, layout)
 
-    def _loop_batch(self, session: TuningSession, n: int, layout: Factors | None
-                    ) -> list[Candidate]:
-        """One batch of ``layout`` (``None``: the joint stage's next layout)."""
+    def _loop_batch(self, session: TuningSession, n: int, layout: Factors | None,
+                    search: str) -> list[Candidate]:
+        """One batch of ``layout`` (``None``: the joint stage's next layout) by ``search``
+        (``"metaschedule"`` or ``"evolution"``)."""
         joint = layout is None
-        if not joint and self.loop_search == "metaschedule":
+        if not joint and search == "metaschedule":
             if layout not in self._loop_searches:
                 self._loop_searches[layout] = LayoutLoopSearch(
                     session, layout, seed=int(self.rng.integers(1 << 30)),

@@ -77,12 +77,17 @@ class EvolutionOptions(AgentOptions):
     # "evolution" (the joint stage's evolution, kept on the best layout).
     loop_search: LoopSearch = "metaschedule"
     ms_population: int = 512
-    ms_batch: int = 32
+    ms_batch: int = 64  # tune_tir's num_trials_per_iter
     # Layouts (the joint stage's best) raced at the start of the loop-only stage, each
     # given race_trials more trials per round; fewer when the race would take more than
     # half of that stage, none below two.
     race_layouts: int = Field(4, ge=0)
     race_trials: AtLeastOne = 8
+    # Search of the race's batches (and of the runner-ups' turns after a stall):
+    # "evolution" (the joint stage's evolution, a few hundred points per batch) or
+    # "metaschedule" (a MetaSchedule search of ms_population points started per entrant,
+    # most of whose candidates a layout that loses the race never measures).
+    race_search: LoopSearch = "evolution"
     # Decisions in which two candidates of one measured batch differ at least while the
     # ranked batch offers enough such (agents.evolution.spread; 1: plain top-k).
     diversity: AtLeastOne = 2

@@ -60,8 +60,9 @@ ZERO_SHOT_BATCH = 32
 
 
 class _UntilBudget(BaseCallback):
-    """Stops ``learn`` once the session reached ``limit`` trials, or after ``patience``
-    environment steps that measured nothing new; reports each new measurement."""
+    """Stops ``learn`` once the session reached ``limit`` trials or its deadline, or after
+    ``patience`` environment steps that measured nothing new; reports each new
+    measurement."""
 
     def __init__(self, session: TuningSession, limit: int,
                  report: Callable[[TuningSession], None], patience: int):
@@ -75,7 +76,8 @@ class _UntilBudget(BaseCallback):
             self.report(self.session)
         else:
             self._idle += 1
-        return self.session.trials < self.limit and self._idle < self.patience
+        return (self.session.trials < self.limit and self._idle < self.patience
+                and not self.session.out_of_time)
 
 
 class ActorWeights(BaseCallback):

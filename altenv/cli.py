@@ -71,16 +71,13 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _dataset_collect(args: argparse.Namespace) -> int:
-    from dataclasses import asdict
-
-    from .bench.peak import host_peak  # loads TVM: only when run
     from .config import DatasetConfig, load_config
-    from .pipeline.dataset import collect_dataset
+    from .pipeline.dataset import collect_dataset  # loads TVM: only when run
 
-    cfg = load_config(args.config, DatasetConfig, output=args.output, seed=args.seed)
-    card = {"command": f"altenv dataset collect {args.config}",
-            "roofline": asdict(host_peak(cfg.target))}
-    out, done = collect_dataset(cfg, progress=not args.quiet, card=card)
+    cfg = load_config(args.config, DatasetConfig, output=args.output, seed=args.seed,
+                      **{"ray.address": args.ray})
+    out, done = collect_dataset(cfg, progress=not args.quiet,
+                                card={"command": f"altenv dataset collect {args.config}"})
     print(f"dataset {out}: {done.workloads} workloads collected in this call, "
           f"{done.programs} programs ({done.failed} failed); card {out / 'card.json'}")
     return 0
@@ -216,7 +213,8 @@ def _bench(args: argparse.Namespace) -> int:
     if (args.suite is None) == (not entries):
         what = "--workload SPEC" if kind == "ops" else "--model NAME"
         raise ConfigError(f"bench {args.bench}: give either --suite NAME or {what} (not both)")
-    overrides = {"budget": args.budget, "seeds": args.seeds,
+    overrides = {"budget": args.budget, "seconds": getattr(args, "seconds", None),
+                 "seeds": args.seeds,
                  "tuners": _names(args.tuners, "--tuners"),
                  "baselines": _names(args.baselines, "--baselines"),
                  "versus": _names(args.versus, "--versus"),
@@ -389,6 +387,17 @@ def _positive(text: str) -> int:
     return value
 
 
+def _positive_float(text: str) -> float:
+    """A finite ``float`` command-line value above 0 (seconds)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} is out of range: allowed a number above 0")
+    return value
+
+
 class UsageError(UserError):
     """A command line argparse does not accept."""
 
@@ -457,6 +466,9 @@ def build_parser() -> argparse.ArgumentParser:
     dcollect.add_argument("--output", help="dataset directory (default: the config's output)")
     dcollect.add_argument("--seed", type=_natural)
     dcollect.add_argument("--quiet", action="store_true", help="no progress bar")
+    dcollect.add_argument("--ray", metavar="ADDRESS",
+                          help="measure on a Ray cluster: 'local' (one started here), 'auto' "
+                               "or HOST:PORT of its head (docs/scale-out.md)")
     dcollect.set_defaults(func=_dataset_collect)
     dsur = dkinds.add_parser("surrogate", help="fit a dataset's surrogate, print its held-out "
                                                "Spearman and top-8 recall per workload, save it")
@@ -493,6 +505,11 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--model", nargs="+", action="extend",
                            help="models instead of a suite (repeatable)")
         p.add_argument("--budget", type=_positive, help="measured trials per tuner and entry")
+        if name == "ops":
+            p.add_argument("--seconds", type=_positive_float,
+                           help="every tuner tunes each entry this long (wall clock); "
+                                "--budget trials are then the agents' plan, and a cell "
+                                "stops at the first of the time or 10x the budget")
         p.add_argument("--tuners", help="comma-separated: altenv, metaschedule, agent names")
         p.add_argument("--baselines", help="comma-separated: tvm-default, torch")
         p.add_argument("--versus", help="comma-separated tuners every tuner is compared with "

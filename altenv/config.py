@@ -393,16 +393,17 @@ class CollectionConfig(Strict):
     up to ``layouts`` layouts (the framework layout always among them), per layout
     ``samples`` programs of MetaSchedule's sampling and ``searched`` mutants of the fastest
     of them, each timed ``rounds`` times interleaved; a reference kernel re-timed every
-    ``reference_every`` seconds; with ``quiet_host``, timings wait for a host nothing else
-    keeps busy."""
+    ``reference_every`` seconds; with ``quiet_host``, a timing on this host waits until
+    nothing else keeps it busy."""
 
     layouts: int = Field(12, ge=1)
     samples: int = Field(17, ge=1)
     searched: int = Field(8, ge=0)
     rounds: int = Field(5, ge=5)
     reference_every: float = Field(180.0, gt=0)
-    #: time a batch only once other processes leave the cores idle (builds may overlap
-    #: other work, timings may not)
+    #: time a batch on this host only once other processes leave its cores idle (builds
+    #: may overlap other work, timings may not); this host's load says nothing of timings
+    #: on RPC devices or a Ray cluster (but ``ray: local``'s), which never wait
     quiet_host: bool = True
     #: a workload whose reference timings moved more than this (max / min) while it was
     #: collected is collected again (up to twice)
@@ -412,7 +413,8 @@ class CollectionConfig(Strict):
 class DatasetConfig(Strict):
     """A measured-program dataset (``altenv dataset collect CONFIG``): the workloads of
     ``draw`` (never a benchmark suite's), the complex tasks of ``models`` and the specs of
-    ``workloads``, collected into ``output`` as ``collection`` says."""
+    ``workloads``, collected into ``output`` as ``collection`` says, timed on this host,
+    the RPC devices of ``measure.rpc`` or the device actors of a Ray cluster (``ray``)."""
 
     output: str
     draw: DrawConfig | None = None
@@ -423,11 +425,16 @@ class DatasetConfig(Strict):
     measure: MeasureConfig = Field(default_factory=lambda: MeasureConfig(
         number=1, repeat=1, min_repeat_ms=10))
     seed: Seed = 0
+    #: build as Ray tasks and time on the cluster's device actors, as a run's ``ray:``
+    ray: RaySettings | None = None
 
     @model_validator(mode="after")
     def _something(self) -> DatasetConfig:
         if not (self.draw or self.models or self.workloads):
             raise ValueError("give at least one of 'draw', 'models' and 'workloads'")
+        if self.ray is not None and self.measure.rpc is not None:
+            raise ValueError("ray: measures on the cluster's device actors; measure.rpc is "
+                             "allowed only without ray")
         return self
 
 

@@ -41,6 +41,9 @@ SUITE_DIR = Path(__file__).resolve().parents[1] / "configs" / "bench"
 OP_BASELINES = ("tvm-default", "torch")
 NET_BASELINES = ("tvm-default", "torch")
 BUILTIN_TUNERS = ("altenv", "metaschedule")
+TIME_TRIAL_CAP = 10
+"""Under a wall-clock budget (``seconds``) a cell measures at most this many times its
+trial budget."""
 """Tuners with a meaning of their own; any other name is a registered agent."""
 
 
@@ -72,6 +75,11 @@ class BenchSuite(Strict):
     #: tuners measured at a budget of their own, e.g. ``{zero-shot: 16}`` beside agents at
     #: ``budget`` (how close a few trials come to a full search); the rest get ``budget``
     budgets: dict[str, PositiveInt] = Field(default_factory=dict)
+    #: ops suites: every tuner tunes each cell for this many seconds of wall-clock time
+    #: (``bench ops --seconds``): ``budget`` trials are then the agents' plan (their
+    #: stages), trials past it go on on the best layout, and a cell stops at the first of
+    #: the time or :data:`TIME_TRIAL_CAP` times the budget
+    seconds: float | None = Field(None, gt=0)
     seeds: int = Field(1, ge=1)
     tuners: list[str] = Field(default_factory=lambda: ["altenv", "metaschedule"])
     baselines: list[str] = Field(default_factory=lambda: list(OP_BASELINES))
@@ -132,6 +140,8 @@ class BenchSuite(Strict):
         names = [e.name for e in entries]
         if len(set(names)) != len(names):
             raise ValueError(f"entry names repeat: {names}")
+        if self.seconds is not None and self.kind != "ops":
+            raise ValueError("seconds: a wall-clock budget is for ops suites only")
         if self.ray is not None and self.measure.rpc is not None:
             raise ValueError("ray: measures on the cluster's device actors; measure.rpc is "
                              "allowed only without ray")
@@ -146,8 +156,13 @@ class BenchSuite(Strict):
         return self.agents.get(tuner) or AgentConfig(name=tuner)
 
     def budget_of(self, tuner: str) -> int:
-        """The measured trials of ``tuner``'s cells."""
+        """The measured trials of ``tuner``'s cells (their plan under :attr:`seconds`)."""
         return self.budgets.get(tuner, self.budget)
+
+    def trial_cap(self, tuner: str) -> int:
+        """The most trials ``tuner``'s cells measure."""
+        budget = self.budget_of(tuner)
+        return budget if self.seconds is None else TIME_TRIAL_CAP * budget
 
     def select(self, pattern: str | None) -> list[OpEntry] | list[NetEntry]:
         """The entries whose name matches the regular expression ``pattern`` (all for

@@ -162,11 +162,43 @@ def test_report_geomeans_are_over_workloads():
     assert (stats["altenv"]["speedup_vs_metaschedule_min"],
             stats["altenv"]["speedup_vs_metaschedule_max"]) == (0.5, 2.0)
     table = format_table(timings, rows, ["tvm-default", "torch"])
-    assert "geomean x vs metaschedule" in table and table.count("\n") == 7
+    assert "geomean x vs metaschedule" in table and table.count("\n") == 9
     assert "*" not in table and all(r["noisy"] == "" for r in rows)
     assert geomean([2.0, 8.0, math.inf, math.nan]) == pytest.approx(4.0)
     assert trials_to_reach([5.0, 3.0, 2.0, 1.0], 2.0) == 3
     assert trials_to_reach([5.0, 3.0], 2.0) == math.inf
+
+
+def test_report_prints_tuning_time_per_trial_against_metaschedule():
+    timings = [_timing("a", {"altenv": 1e-3, "metaschedule": 2e-3}),
+               _timing("b", {"altenv": 1e-3, "metaschedule": 0.5e-3})]
+    split = {"search": 0.25, "cost_model": 0.125, "build": 0.5, "run": 0.25,
+             "measure_wall": 0.5, "finalists": 0.0625}
+    timings[0]["cells"]["altenv#0"].update(tuning_seconds=3.0, seconds_per_trial=split)
+    rows = rows_of(timings, ["torch"])
+    first = next(r for r in rows if r["tuner"] == "altenv" and r["workload"] == "a")
+    assert first["s_per_trial"] == 0.75 and first["time_per_trial_vs_metaschedule"] == 3.0
+    assert first["s_per_trial_search"] == 0.25
+    table = format_table(timings, rows, ["torch"])
+    times = next(line for line in table.splitlines() if line.startswith("time/trial x"))
+    assert times.split()[-2:] == [f"{math.sqrt(3):.3g}", "1"]  # geomean of 3 and 1
+    assert "(altenv, s per trial, median over cells: search 0.25, cost model 0.125, " \
+        "measure wall 0.5, finalists 0.0625)" in table
+
+
+def test_a_wall_clock_budget_is_for_operator_suites_and_plans_the_agents(tmp_path):
+    from altenv.bench.ops import cell_job
+    from altenv.suites import TIME_TRIAL_CAP
+
+    suite = load_suite(str(_suite_file(tmp_path, seconds=30)))
+    job = cell_job(suite, suite.workloads[0], "altenv", 0, 20)
+    assert job.seconds == 30 and (job.budget.joint, job.budget.loop_only) == (6, 14)
+    assert job.budget.total == suite.trial_cap("altenv") == TIME_TRIAL_CAP * 4
+    assert suite.trial_cap("metaschedule") == TIME_TRIAL_CAP * 4
+    with pytest.raises(ConfigError, match="seconds: a wall-clock budget is for ops suites"):
+        load_suite(str(_suite_file(tmp_path, kind="nets", seconds=30,
+                                   models=[{"name": "m", "model": "resnet18"}])))
+    assert main(["bench", "ops", "--workload", "gmm:M=16,N=16,K=16", "--seconds", "0"]) == 2
 
 
 def test_roofline_column_divides_by_the_bound_that_limits():

@@ -28,7 +28,7 @@ from altenv.dataset.surrogate import (
     top_recall,
     workload_rows,
 )
-from altenv.measure import LocalMeasurer, MeasureConfig
+from altenv.measure import LocalMeasurer, MeasureConfig, MeasureResult, RPCMeasurer
 from altenv.ops import LayoutTemplate, parse_workload
 from altenv.records import RecordDB
 from altenv.tuning import freeze
@@ -395,6 +395,90 @@ def test_a_workload_the_host_drifted_under_is_collected_again(tmp_path, monkeypa
     assert (journal / "gmm-000.drifted-0.jsonl").is_file()
     assert measurer.built == 1 + 3 + 3  # the reference, the workload twice
     assert len(Dataset.open(tmp_path / "ds").load("gmm-000")) == 3
+
+
+class StandInMeasurer:
+    """Builds nothing: every candidate 1 ms a round, "timed" where ``timed_on`` says."""
+
+    def __init__(self, timed_on: str | None):
+        self.timed_on = timed_on
+        self.batches = 0
+
+    def retime(self, candidates, rounds, cold=False):
+        self.batches += 1
+        return [[MeasureResult(latencies=[1e-3]) for _ in range(rounds)] for _ in candidates]
+
+
+@pytest.mark.parametrize("timed_on", [None, "rpc tracker 127.0.0.1:9190, key k"])
+def test_only_timings_on_this_host_wait_for_a_quiet_host(tmp_path, monkeypatch, timed_on):
+    """On a busy host, a measurer timing here waits before each timing and re-times its
+    batch; one timing elsewhere (RPC devices, a Ray cluster) does neither, and the card
+    says where the timings come from."""
+    from altenv.dataset import collect as collection
+    from altenv.dataset.info import format_info
+
+    waits: list[float] = []
+    monkeypatch.setattr(collection, "wait_for_quiet_host", lambda: waits.append(0.0) or 0.0)
+    monkeypatch.setattr(collection.OtherLoad, "since", lambda self, start: 4.0)
+    plan = Plan(layouts=1, samples=3, searched=0, rounds=5, reference_every=1e9)
+    measurer = StandInMeasurer(timed_on)
+    collect(tmp_path / "ds", WORKLOADS[:1], plan, TIMING, measurer=measurer, progress=False)
+    here = timed_on is None
+    timings = 1 + collection.RETRIES if here else 1  # of the sampled batch
+    assert len(waits) == (timings if here else 0)
+    assert measurer.batches == 1 + timings  # and the reference's, once
+    card = Dataset.open(tmp_path / "ds").card
+    assert card["plan"]["quiet_host"] and card["timed_on"] == (timed_on or "host")
+    assert (f"(timed on {timed_on})" in format_info(str(tmp_path / "ds"))) == bool(timed_on)
+
+
+def test_rpc_devices_and_ray_clusters_time_elsewhere_but_ray_local():
+    """What each measurer's ``timed_on`` says of its settings (read without starting its
+    workers or joining a cluster)."""
+    from types import SimpleNamespace
+
+    from altenv.cluster.settings import RaySettings
+
+    assert LocalMeasurer.timed_on.fget(SimpleNamespace()) is None
+    rpc = MeasureConfig(rpc={"tracker": "127.0.0.1:9190", "key": "k"})
+    assert RPCMeasurer.timed_on.fget(SimpleNamespace(config=rpc)) == \
+        "rpc tracker 127.0.0.1:9190, key k"
+    pytest.importorskip("ray")
+    from altenv.cluster.measurer import RayMeasurer
+
+    def ray(address: str) -> str | None:
+        return RayMeasurer.timed_on.fget(SimpleNamespace(settings=RaySettings(address=address)))
+
+    assert ray("HEAD:6379") == "ray cluster HEAD:6379" and ray("local") is None
+
+
+def test_dataset_config_takes_ray_and_refuses_bad_values(tmp_path, capsys):
+    """``ray:`` in a dataset config (``--ray`` overrides its address); a bad value is one
+    line naming the field, exit 2, and no dataset directory."""
+    from altenv.cli import main
+    from altenv.config import DatasetConfig, load_config
+
+    config, out = tmp_path / "ds.yaml", tmp_path / "ds"
+    head = f"output: {out}\nworkloads: ['gmm:M=16,N=16,K=16']\n"
+    config.write_text(head + "ray: {address: 'HEAD:6379', build_cpus: 2}\n")
+    cfg = load_config(config, DatasetConfig, **{"ray.address": "auto"})
+    assert (cfg.ray.address, cfg.ray.build_cpus) == ("auto", 2)
+    assert load_config(None, DatasetConfig, output="x", workloads=["gmm:M=16,N=16,K=16"]
+                       ).ray is None
+    for ray, field in [("{address: ''}", "ray.address"),
+                       ("{address: local, build_cpus: 0}", "ray.build_cpus"),
+                       ("{address: local, adress: x}", "ray.adress"), ("local", "ray")]:
+        config.write_text(head + f"ray: {ray}\n")
+        assert main(["dataset", "collect", str(config), "--quiet"]) == 2
+        (err,) = capsys.readouterr().err.strip().splitlines()
+        assert f"config {config}: {field}: " in err
+    config.write_text(head + "measure: {rpc: {tracker: '127.0.0.1:9190', key: k}}\n")
+    assert main(["dataset", "collect", str(config), "--ray", "local", "--quiet"]) == 2
+    assert "measure.rpc is allowed only without ray" in capsys.readouterr().err
+    config.write_text(head)
+    assert main(["dataset", "collect", str(config), "--ray", "127.0.0.1:1", "--quiet"]) == 2
+    assert "ray.address: nothing answers at '127.0.0.1:1'" in capsys.readouterr().err
+    assert not out.exists()
 
 
 def test_unread_subspaces_take_canonical_values():

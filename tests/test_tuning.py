@@ -210,6 +210,38 @@ def test_float16_and_int8_candidates_pass_the_check_of_their_dtype(measurer, tmp
     assert op.tolerance() == (0.0 if "int8" in spec else 2 ** -9 * 512 ** 0.5)
 
 
+@pytest.mark.slow
+def test_a_wall_clock_budget_stops_the_trials_and_a_resume_goes_on(measurer, tmp_path):
+    task = OpTask("gmm:M=16,N=16,K=16")
+    db = RecordDB(tmp_path / "records.jsonl")
+    session = TuningSession(task, measurer, db)
+    agent = agents.create("random", seed=1)
+    assert tune(session, agent, Budget.split(8), top_k=4, progress=False, seconds=0.0) \
+        == float("inf")
+    assert session.out_of_time and session.remaining == 0 and session.trials == 0
+    tune(session, agent, Budget.split(8), top_k=4, progress=False)  # no deadline now
+    assert session.deadline is None and session.trials == db.count(task.key) == 8
+    split = session.seconds_per_trial()
+    assert split["measure_wall"] > 0 and split["run"] > 0
+    assert split["search"] + split["cost_model"] + split["measure_wall"] \
+        < sum(session.seconds.values())
+
+
+@pytest.mark.slow
+def test_metaschedule_under_a_deadline_stops_when_it_has_come(tmp_path):
+    """MetaSchedule's search wrapped in a deadline: one far off leaves it as it was (the
+    trial budget ends it); one that has come ends it before anything is measured."""
+    from altenv.baselines import NoValidMeasurementsError, tune_tir_baseline
+    from altenv.ops import generate
+
+    program = generate("gmm:M=16,N=16,K=16")
+    config = MeasureConfig(number=1, repeat=2, min_repeat_ms=2)
+    far = tune_tir_baseline(program, tmp_path / "far", 4, config=config, seconds=1e6)
+    assert far.tuning.trials == 4
+    with pytest.raises(NoValidMeasurementsError):
+        tune_tir_baseline(program, tmp_path / "past", 4, config=config, seconds=1e-9)
+
+
 def test_budget_split():
     assert Budget.split(1000) == Budget(300, 700)
     assert Budget.split(64).total == 64

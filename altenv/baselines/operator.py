@@ -33,6 +33,7 @@ from .base import (
     mean_run_seconds,
     untuned_rules,
 )
+from .deadline import DeadlineSearch
 from .isolated import IsolatedRun
 
 TargetSpec = str | dict[str, Any] | tvm.target.Target | None
@@ -82,19 +83,24 @@ def tune_tir_baseline(
     seed: int = 0,
     measurer: Measurer | None = None,
     raw: Mapping[str, np.ndarray] | None = None,
+    seconds: float | None = None,
 ) -> Baseline:
     """Tune ``program.func`` with MetaSchedule's ``tune_tir`` for exactly ``max_trials``
     measured candidates (persistent-worker builder, ``LocalRunner`` with ``config``'s timing)
     and compile its best schedule. ``strategy`` is MetaSchedule's search strategy (its
     default evolutionary search unless given, e.g. a smaller population); an open
     ``measurer`` with ``config`` lends its workers
-    (:func:`~altenv.measure.metaschedule.metaschedule_session`). Raises
-    :class:`NoValidMeasurementsError` when no candidate was measured successfully (the tuning
-    log is in ``work_dir/logs``)."""
+    (:func:`~altenv.measure.metaschedule.metaschedule_session`). With ``seconds`` the
+    search also stops once it has tuned that long (:class:`DeadlineSearch`), whatever
+    ``max_trials`` allows. Raises :class:`NoValidMeasurementsError` when no candidate was
+    measured successfully (the tuning log is in ``work_dir/logs``)."""
     tgt = make_target(target)
     config = config or MeasureConfig()
     mod = as_module(program.func)
     start = time.perf_counter()
+    if seconds is not None:
+        inner = SearchStrategy.create(strategy) if isinstance(strategy, str) else strategy
+        strategy = DeadlineSearch(inner, time.monotonic() + seconds)
     with metaschedule_session(config, tgt, measurer=measurer) as (builder, runner):
         database = ms.tune_tir(
             mod, tgt, str(work_dir), max_trials_global=max_trials,

@@ -72,8 +72,12 @@ def cell_job(suite: BenchSuite, entry: OpEntry, tuner: str, seed: int, budget: i
     """The job of an agent's cell: what ``altenv tune`` of the entry would run with the
     suite's target, search settings and the tuner's agent at ``budget`` trials."""
     agent = make_agent(suite.agent(tuner), {"seed": seed})
-    return make_job(entry.spec, entry.epilogue, suite.target, suite.search,
-                    Budget.split(budget), agent)
+    plan = Budget.split(budget)
+    if suite.seconds is not None:  # trials past the plan go to the best layout
+        plan = Budget(plan.joint, plan.loop_only, suite.trial_cap(tuner) - budget)
+    job = make_job(entry.spec, entry.epilogue, suite.target, suite.search, plan, agent)
+    job.seconds = suite.seconds
+    return job
 
 
 def _tune_agent_cell(suite: BenchSuite, entry: OpEntry, tuner: str, seed: int, path: Path,
@@ -94,12 +98,13 @@ def _tune_agent_cell(suite: BenchSuite, entry: OpEntry, tuner: str, seed: int, p
     task, agent = job.task, job.agent
     with RecordDB(path / "records.jsonl", repair) as db:
         session = job.session(measurer, db, CostModel(seed=seed))
-        job.run(session, progress, callbacks=[save_progress])
+        job.run(session, progress, callbacks=[save_progress], spent=before)
         save_progress(None)
         cand, latency = session.best
         if cand is None:
             raise session.nothing_measured(f"{entry.name}/{tuner}")
         return {"trials": session.trials, "tuning_seconds": before + time.perf_counter() - start,
+                "seconds_per_trial": session.seconds_per_trial(),
                 "best_tuning_latency_s": latency, "history": session.history,
                 "factors": dict(cand.factors), "agent": agent.summary(),
                 "decisions": task.space(cand.factors).to_vector(cand.point).tolist()}
@@ -118,7 +123,7 @@ def metaschedule_history(work_dir: Path) -> list[float]:
 
 
 def _tune_metaschedule_cell(suite: BenchSuite, entry: OpEntry, seed: int, path: Path,
-                            budget: int, measurer: Measurer) -> dict[str, Any]:
+                            measurer: Measurer) -> dict[str, Any]:
     """Tune one cell with MetaSchedule's ``tune_tir`` on the operator in its framework
     layout (NCHW/OIHW, padding fused), on ``measurer``'s workers where it lends them; a run
     cut short starts over."""
@@ -126,8 +131,9 @@ def _tune_metaschedule_cell(suite: BenchSuite, entry: OpEntry, seed: int, path: 
         shutil.rmtree(path)
     program = generate(entry.spec, epilogue=entry.epilogue)
     start = time.perf_counter()
-    baseline = tune_tir_baseline(program, path, budget, target=suite.target,
-                                 config=measurer.config, seed=seed, measurer=measurer)
+    baseline = tune_tir_baseline(program, path, suite.trial_cap(METASCHEDULE),
+                                 target=suite.target, config=measurer.config, seed=seed,
+                                 measurer=measurer, seconds=suite.seconds)
     history = metaschedule_history(path)
     return {"trials": baseline.tuning.trials, "valid": baseline.tuning.valid,
             "tuning_seconds": time.perf_counter() - start,
@@ -168,13 +174,13 @@ def tune_cell(suite: BenchSuite, entry: OpEntry, tuner: str, seed: int, output: 
         summary = read_mapping(done)
         if summary is not None:
             with as_written(done):
-                finished = summary.get("budget") == budget and (
+                finished = summary.get("budget") == budget and summary.get(
+                    "seconds") == suite.seconds and (
                     tuner == METASCHEDULE or _best_decodes(suite, entry, summary, path))
             if finished:
                 return summary
         if tuner == METASCHEDULE:
-            summary = _tune_metaschedule_cell(suite, entry, seed, path, budget,
-                                              measurers.get())
+            summary = _tune_metaschedule_cell(suite, entry, seed, path, measurers.get())
         else:
             try:
                 summary = _tune_agent_cell(suite, entry, tuner, seed, path, budget,
@@ -184,7 +190,7 @@ def tune_cell(suite: BenchSuite, entry: OpEntry, tuner: str, seed: int, output: 
                 summary = _tune_agent_cell(suite, entry, tuner, seed, path, budget,
                                            measurers.get(), progress, repair)
         summary.update(workload=entry.name, spec=str(entry.spec), tuner=tuner, seed=seed,
-                       budget=budget)
+                       budget=budget, seconds=suite.seconds)
         write_json(done, summary)
         return summary
 
@@ -221,8 +227,9 @@ def retime_workload(suite: BenchSuite, entry: OpEntry, cells: list[dict[str, Any
     timing = {"workload": entry.name, "spec": str(entry.spec), "epilogue": entry.epilogue,
               "target": str(make_target(suite.target)),
               "programs": summaries(stats),
-              "cells": {f"{c['tuner']}#{c['seed']}": {k: c[k] for k in
-                        ("tuner", "seed", "budget", "trials", "tuning_seconds", "history")}
+              "cells": {f"{c['tuner']}#{c['seed']}": {k: c.get(k) for k in
+                        ("tuner", "seed", "budget", "seconds", "trials", "tuning_seconds",
+                         "seconds_per_trial", "history")}
                         for c in cells}}
     write_json(output / entry.name / "timing.json", timing)
     return timing

@@ -67,7 +67,10 @@ def rows_of(timings: Sequence[dict[str, Any]], baselines: Sequence[str],
             median = programs[label]["median_s"]
             row = {"workload": timing["workload"], "tuner": cell["tuner"], "seed": cell["seed"],
                    "median_ms": median * 1e3, "spread": programs[label]["spread"],
-                   "trials": cell["trials"], "tuning_s": cell["tuning_seconds"]}
+                   "trials": cell["trials"], "tuning_s": cell["tuning_seconds"],
+                   "s_per_trial": cell["tuning_seconds"] / max(cell["trials"], 1)}
+            for part, seconds in (cell.get("seconds_per_trial") or {}).items():
+                row[f"s_per_trial_{part}"] = seconds
             if bound:
                 row.update(gflops=flops / median / 1e9,
                            roof_fraction=flops / median / 1e9 / attainable, bound=bound)
@@ -78,6 +81,9 @@ def rows_of(timings: Sequence[dict[str, Any]], baselines: Sequence[str],
                 other = programs.get(f"{ref}#{cell['seed']}")
                 row[f"speedup_vs_{ref}"] = other["median_s"] / median if other else math.nan
                 ref_cell = timing["cells"].get(f"{ref}#{cell['seed']}")
+                row[f"time_per_trial_vs_{ref}"] = (
+                    row["s_per_trial"] * ref_cell["trials"] / ref_cell["tuning_seconds"]
+                    if ref_cell and ref_cell.get("tuning_seconds") else math.nan)
                 row[_trials_to(ref)] = (trials_to_reach(cell["history"], ref_cell["history"][-1])
                                         if ref_cell and ref_cell["history"] else math.nan)
             row["noisy"] = " ".join(name for name in dict.fromkeys(
@@ -202,6 +208,7 @@ def format_table(timings: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any
                     if math.isfinite(s[key]) else "-")
             cells.append(f"{text:>{col}s}")
         lines.append(f"{'geomean x vs ' + name:<{width}}" + "".join(cells))
+    lines += _time_lines(rows, tuners, versus, width, col)
     lines.append("(speedups: geometric mean over workloads of the median over seeds; "
                  "[min, max] over workloads)")
     if with_roof:
@@ -215,6 +222,42 @@ def format_table(timings: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any
                      f"{NOISY_SPREAD}, or a speedup built on one: re-time on a quieter host "
                      "with --retime; the noisy column of results.csv names them)")
     return "\n".join(lines) + "\n"
+
+
+SPLIT = ("search", "cost_model", "measure_wall", "finalists")
+"""The parts of an agent's tuning time the table prints per trial."""
+
+
+def _time_lines(rows: Sequence[dict[str, Any]], tuners: Sequence[str],
+                versus: Sequence[str], width: int, col: int) -> list[str]:
+    """The tuning seconds per trial of each tuner (median over cells, [min, max]), their
+    ratio to each reference tuner's at the same seed (geometric mean over workloads of the
+    median over seeds) and, for agents, where their time went."""
+    lines = []
+    cells = []
+    for t in tuners:
+        vals = [r["s_per_trial"] for r in rows if r["tuner"] == t]
+        cells.append(f"{statistics.median(vals):.3g} [{min(vals):.2g}, {max(vals):.2g}]")
+    lines.append(f"{'tuning s per trial':<{width}}" + "".join(f"{c:>{col}s}" for c in cells))
+    for ref in versus:
+        key, cells = f"time_per_trial_vs_{ref}", []
+        for t in tuners:
+            per_workload: dict[str, list[float]] = defaultdict(list)
+            for r in rows:
+                if r["tuner"] == t and math.isfinite(r.get(key, math.nan)):
+                    per_workload[r["workload"]].append(r[key])
+            ratio = geomean([statistics.median(v) for v in per_workload.values()])
+            cells.append(f"{ratio:.3g}" if math.isfinite(ratio) else "-")
+        lines.append(f"{'time/trial x ' + ref:<{width}}" + "".join(f"{c:>{col}s}" for c in cells))
+    for t in tuners:
+        mine = [r for r in rows if r["tuner"] == t and f"s_per_trial_{SPLIT[0]}" in r]
+        if mine:
+            parts = ", ".join(
+                f"{part.replace('_', ' ')} "
+                f"{statistics.median(r[f's_per_trial_{part}'] for r in mine):.3g}"
+                for part in SPLIT)
+            lines.append(f"({t}, s per trial, median over cells: {parts})")
+    return lines
 
 
 def _cell(value: float, noisy: bool, width: int) -> str:

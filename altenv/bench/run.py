@@ -109,7 +109,8 @@ def run_bench(suite: BenchSuite, output: str | Path, pattern: str | None = None,
             for seed in range(suite.seeds):
                 for tuner in suite.tuners:
                     budget = suite.budget_of(tuner)
-                    print(f"[bench] {entry.name}: {tuner} seed {seed}, {budget} trials")
+                    print(f"[bench] {entry.name}: {tuner} seed {seed}, {budget} trials"
+                          + (f" planned, {suite.seconds:g} s" if suite.seconds else ""))
                     cells.append(tune(suite, entry, tuner, seed, output, budget, measurers,
                                       progress, repair))
             print(f"[bench] {entry.name}: re-timing {len(cells)} {what} and "
@@ -128,10 +129,11 @@ def run_bench(suite: BenchSuite, output: str | Path, pattern: str | None = None,
 
 def _finished(suite: BenchSuite, timing: dict[str, Any]) -> bool:
     """Whether an entry's ``timing.json`` holds every cell of the suite, each at its
-    tuner's budget (an older file names one budget for all)."""
+    tuner's budget and the suite's wall-clock budget (an older file names one budget for
+    all)."""
     cells = timing["cells"]
     return all(cells.get(f"{t}#{s}", {}).get("budget", timing.get("budget"))
-               == suite.budget_of(t)
+               == suite.budget_of(t) and cells.get(f"{t}#{s}", {}).get("seconds") == suite.seconds
                for t in suite.tuners for s in range(suite.seeds))
 
 

@@ -207,6 +207,12 @@ class RayMeasurer(FleetMeasurer):
         """Units of the device resource the cluster's live nodes offer."""
         return int(ray.cluster_resources().get(self.settings.device_resource, 0))
 
+    @property
+    def timed_on(self) -> str | None:
+        """The cluster's address; ``None`` for ``local``, whose one device is this host (its
+        actors are this process's descendants, as the collection's own workers are)."""
+        return None if self.settings.address == "local" else f"ray cluster {self.settings.address}"
+
     def _time_one(self, runner: Any, args_info: list[ArgInfo], artifact: str,
                   timing: EvaluatorConfig, evaluator: CheckedEvaluator | None
                   ) -> MeasureResult:

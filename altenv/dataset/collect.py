@@ -83,7 +83,8 @@ class Plan:
     reference_every: float = 180.0
     seed: int = 0
     quiet_host: bool = True
-    """Time a batch only once other processes leave the host's cores idle."""
+    """Time a batch only once other processes leave the host's cores idle (when the
+    measurer times on this host: :attr:`~altenv.measure.Measurer.timed_on`)."""
     drift: float = 1.3
     """The most the reference kernel's timings may move (max / min) within one workload's
     collection: more, and the host changed under it; the workload is collected again."""
@@ -254,6 +255,8 @@ class WorkloadCollector:
         self.rows: list[dict[str, Any]] = []
         self.layouts: list[dict[str, Any]] = []
         self.waited = 0.0
+        #: this host's other work disturbs only timings made on this host
+        self.quiet = plan.quiet_host and measurer.timed_on is None
 
     def run(self, progress: Callable[[int], None] = lambda n: None) -> None:
         lanes = max(1, vector_bits(self.task.target) // 32)
@@ -327,19 +330,19 @@ class WorkloadCollector:
         return out
 
     def _time(self, inputs: list[MeasureCandidate]) -> list[MeasureResult]:
-        """Build and time a batch; with ``quiet_host``, only on a host nothing else keeps
-        busy, and again (up to :data:`RETRIES` times) when other work ran while it was
-        timed."""
+        """Build and time a batch; with ``quiet_host`` and a measurer that times on this
+        host, only on a host nothing else keeps busy, and again (up to :data:`RETRIES`
+        times) when other work ran while it was timed."""
         load = OtherLoad()
         for attempt in range(RETRIES + 1):
-            if self.plan.quiet_host:
+            if self.quiet:
                 self.waited += wait_for_quiet_host()
             if self.reference is not None:
                 self.reference.maybe()
             start = load.reading()
             results = [combine(r) for r in self.measurer.retime(inputs, self.plan.rounds)]
             busy = load.since(start)
-            if not self.plan.quiet_host or busy < QUIET or attempt == RETRIES:
+            if not self.quiet or busy < QUIET or attempt == RETRIES:
                 return results
             print(f"dataset: {self.name}: other processes used {busy:.1f} cores while a "
                   "batch was timed; timing it again")
@@ -380,8 +383,10 @@ def collect(out: str | Path, workloads: Sequence[tuple[str, str | Workload]], pl
     ``out``; workloads already there are skipped, a half-collected one resumes from its
     journal.
 
-    ``card`` adds fields to the dataset card (how the workloads were drawn, the host's
-    roofline, the command). Only one process collects into a directory at a time."""
+    ``measurer`` (default: one on this host, or on the RPC devices of ``measure.rpc``)
+    builds and times; ``card`` adds fields to the dataset card (how the workloads were
+    drawn, the host's roofline, the command). Only one process collects into a directory
+    at a time."""
     from ..measure import create
 
     out = Path(out)
@@ -393,10 +398,11 @@ def collect(out: str | Path, workloads: Sequence[tuple[str, str | Workload]], pl
     target = make_target(target)
     done = Progress()
     with DirLock(out / ".lock", f"dataset {out}"):
-        meta = _card(out, [(n, str(w)) for n, w in parsed], plan, target, card)
         own = measurer is None
         measurer = measurer or create(None, measure, target)
         try:
+            meta = _card(out, [(n, str(w)) for n, w in parsed], plan, target,
+                         measurer.timed_on, card)
             reference = ReferenceTimer(measurer, target, out / "journal" / "reference.jsonl",
                                        plan.reference_every, plan.rounds)
             meta["reference_decisions"] = reference.decisions
@@ -439,13 +445,15 @@ def collect(out: str | Path, workloads: Sequence[tuple[str, str | Workload]], pl
 
 
 def _card(out: Path, workloads: Sequence[tuple[str, str]], plan: Plan, target: Any,
-          extra: dict[str, Any] | None) -> dict[str, Any]:
-    """The card as it stands (a resumed collection keeps its seconds and creation time)."""
+          timed_on: str | None, extra: dict[str, Any] | None) -> dict[str, Any]:
+    """The card as it stands (a resumed collection keeps its seconds and creation time);
+    ``timed_on``: where the measurer times, when not on the host the card describes."""
     path = out / CARD
     meta = json.loads(path.read_text()) if path.is_file() else {
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "seconds": {}}
     meta.update(extra or {})
     meta.update({"name": out.name, "target": target_string(target), "host": _host(),
+                 "timed_on": timed_on or "host",
                  "plan": vars(plan), "reference_kernel": REFERENCE_SPEC,
                  "workloads": [{"name": n, "spec": s} for n, s in workloads]})
     write_json_atomic(meta, path)

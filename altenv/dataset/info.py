@@ -8,16 +8,19 @@ from .store import Dataset
 
 
 def format_info(path: str) -> str:
-    """The card's headline (host, target, commit, counts, hours, the reference kernel's
-    range) and one line per workload: its URI, spec, layouts, programs, failures, the
-    spread from its slowest to its fastest program, the median spread of a program's own
-    timings, and how far the reference kernel drifted (max / min) while it was measured."""
+    """The card's headline (host, where it was timed when not there, target, commit, counts,
+    hours, the reference kernel's range) and one line per workload: its URI, spec, layouts,
+    programs, failures, the spread from its slowest to its fastest program, the median
+    spread of a program's own timings, and how far the reference kernel drifted (max / min)
+    while it was measured."""
     data = Dataset.open(path)
     card = data.card
     host = card.get("host", {})
     counts = card.get("counts", {})
+    timed = card.get("timed_on", "host")
+    where = "" if timed == "host" else f" (timed on {timed})"
     lines = [f"dataset {data.name} ({data.path})",
-             f"  host {host.get('cpu', '?')}, target {card.get('target', '?')}, "
+             f"  host {host.get('cpu', '?')}{where}, target {card.get('target', '?')}, "
              f"commit {host.get('commit', '?')}",
              f"  {counts.get('workloads', 0)} of {len(card.get('workloads', []))} workloads "
              f"collected, {counts.get('programs', 0)} programs ({counts.get('failed', 0)} "

@@ -130,6 +130,12 @@ class Measurer(ABC):
         network's final check and timing; ``None`` when that device is this host's."""
         return None
 
+    @property
+    def timed_on(self) -> str | None:
+        """Where candidates are timed when not on this host (``None``): a dataset's card
+        says so, and a collection heeds this host's other work only when it is ``None``."""
+        return None
+
     def measure(self, candidates: Sequence[MeasureCandidate]) -> list[MeasureResult]:
         """Build all candidates in parallel, then run them one by one; one result each."""
         return [rounds[0] for rounds in self.retime(candidates, rounds=1)]
@@ -309,6 +315,11 @@ class RPCMeasurer(FleetMeasurer):
 
     def _session(self, seconds: float) -> Any:
         return self._settings().session_config(seconds).connect_server()
+
+    @property
+    def timed_on(self) -> str:
+        """The tracker and key of the devices."""
+        return f"rpc tracker {self.config.rpc.tracker}, key {self.config.rpc.key}"
 
     def devices(self) -> int:
         """The servers registered at the tracker under the key (``rpc.max_workers``, when

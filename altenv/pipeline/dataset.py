@@ -1,4 +1,5 @@
-"""``altenv dataset collect CONFIG``: a dataset config's workloads, collected on this host.
+"""``altenv dataset collect CONFIG``: a dataset config's workloads, collected on this host,
+on RPC devices (``measure.rpc``) or on a Ray cluster (``ray:``).
 
 The workloads are the config's own specs, its drawn ones (never a benchmark suite's, so no
 benchmark judges a model on data it was fitted to) and the complex tasks of its models;
@@ -7,15 +8,18 @@ benchmark judges a model on data it was fitted to) and the complex tasks of its 
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from ..bench.peak import host_peak
 from ..config import DatasetConfig
 from ..dataset.collect import Plan, Progress, collect
 from ..dataset.workloads import name_workloads
 from ..ops.workload import Workload
 from ..suites import suite_specs
 from .checks import check_device, load_user_model
+from .devices import open_measurer
 from .preview import preview
 
 
@@ -38,13 +42,22 @@ def dataset_workloads(cfg: DatasetConfig) -> list[tuple[str, Workload]]:
 
 def collect_dataset(cfg: DatasetConfig, progress: bool = True,
                     card: dict[str, Any] | None = None) -> tuple[Path, Progress]:
-    """Collect (or resume) the dataset of ``cfg``; its directory and what this call did."""
+    """Collect (or resume) the dataset of ``cfg``; its directory and what this call did.
+    The Ray cluster of ``ray:`` is joined before anything is written, and this host's
+    roofline (for the card) measured before any worker starts."""
     check_device(cfg.target)
+    if cfg.ray is not None:
+        from ..cluster.session import connect  # Ray only for a collection that names it
+
+        connect(cfg.ray)
     c = cfg.collection
     plan = Plan(layouts=c.layouts, samples=c.samples, searched=c.searched, rounds=c.rounds,
                 reference_every=c.reference_every, seed=cfg.seed, quiet_host=c.quiet_host,
                 drift=c.drift)
-    extra = {"config": cfg.model_dump(mode="json"), **(card or {})}
-    done = collect(cfg.output, dataset_workloads(cfg), plan, cfg.measure, cfg.target,
-                   card=extra, progress=progress)
+    workloads = dataset_workloads(cfg)
+    extra = {"config": cfg.model_dump(mode="json"), "roofline": asdict(host_peak(cfg.target)),
+             **(card or {})}
+    with open_measurer(cfg.ray, cfg.measure, cfg.target) as measurer:
+        done = collect(cfg.output, workloads, plan, cfg.measure, cfg.target,
+                       measurer=measurer, card=extra, progress=progress)
     return Path(cfg.output), done

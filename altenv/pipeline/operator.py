@@ -82,8 +82,7 @@ def tune_workload(cfg: RunConfig, progress: bool = True, repair: bool = False) -
                    "resumed_records": previous, "tuning_seconds": result.tuning_seconds,
                    "max_rel_err_vs_torch": err, "best_factors": dict(cand.factors),
                    "agent": agent.summary(),
-                   "seconds_per_trial": {k: v / max(session.trials - previous, 1)
-                                         for k, v in session.seconds.items()},
+                   "seconds_per_trial": session.seconds_per_trial(),
                    "timings": timings, "speedup": speedups(timings)}
         write_json(run_dir.summary, summary)
     return result

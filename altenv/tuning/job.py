@@ -49,12 +49,14 @@ class SearchOptions:
 @dataclass
 class TuningJob:
     """An operator ``task`` tuned by ``agent`` within ``budget``, searching as ``search``
-    says. :meth:`run` is the one way altenv tunes an operator."""
+    says, and within ``seconds`` of tuning time where given (the trials that fit then,
+    the budget's stages the plan). :meth:`run` is the one way altenv tunes an operator."""
 
     task: OpTask
     agent: Agent
     budget: Budget
     search: SearchOptions = field(default_factory=SearchOptions)
+    seconds: float | None = None
 
     def session(self, measurer: Measurer, db: RecordDB,
                 cost_model: CostModel | None = None) -> TuningSession:
@@ -63,14 +65,17 @@ class TuningJob:
         return open_session(self.task, measurer, db, cost_model, self.search)
 
     def run(self, session: TuningSession, progress: bool = True,
-            callbacks: Sequence[Callable[[TuningSession], None]] = ()) -> float:
+            callbacks: Sequence[Callable[[TuningSession], None]] = (),
+            spent: float = 0.0) -> float:
         """Tune ``session`` (:meth:`session`) to the budget and re-time the finalists;
-        returns the best latency (s)."""
+        returns the best latency (s). ``spent``: seconds an interrupted earlier attempt
+        tuned, counted against :attr:`seconds`."""
         return tune(session, self.agent, self.budget, batch=self.search.batch,
                     top_k=self.search.top_k, progress=progress, callbacks=callbacks,
                     finalists=self.search.finalists,
                     finalist_rounds=self.search.finalist_rounds,
-                    finalists_cold=self.search.finalists_cold)
+                    finalists_cold=self.search.finalists_cold,
+                    seconds=None if self.seconds is None else self.seconds - spent)
 
 
 def open_session(task: OpTask, measurer: Measurer, db: RecordDB,

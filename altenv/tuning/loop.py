@@ -43,14 +43,18 @@ class Agent(Protocol):
 def tune(session: TuningSession, agent: Agent, budget: Budget, batch: int = 128,
          top_k: int = 8, progress: bool = True,
          callbacks: Sequence[Callable[[TuningSession], None]] = (),
-         finalists: int = 8, finalist_rounds: int = 3, finalists_cold: bool = False) -> float:
+         finalists: int = 8, finalist_rounds: int = 3, finalists_cold: bool = False,
+         seconds: float | None = None) -> float:
     """Run ``agent`` on ``session`` until ``budget`` trials are measured, then re-time the
     ``finalists`` fastest side by side (:meth:`TuningSession.finalize`, ``0``: keep the
     fastest at tuning time; ``finalists_cold``: with their weights flushed from the CPU
     caches before each call); returns the best latency (s). Resumed sessions continue where
-    their records stop; the session never measures past the budget. ``callbacks`` are
-    called with the session after each measured batch (logging, checkpoints)."""
+    their records stop; the session never measures past the budget. With ``seconds`` the
+    trials also stop once the tuning, finalists included, would last longer than that
+    (:attr:`TuningSession.out_of_time`). ``callbacks`` are called with the session after
+    each measured batch (logging, checkpoints)."""
     session.limit = budget.total
+    session.set_deadline(seconds, finalists * finalist_rounds if finalists > 1 else 0)
     bar = tqdm(total=budget.total, initial=min(session.trials, budget.total),
                desc=session.task.key[:40], unit="trial", disable=not progress)
     done = [session.trials]
@@ -81,12 +85,14 @@ def propose_and_measure(session: TuningSession, agent: Agent, budget: Budget, ba
     tell the agent. Gives up after
     ``max_stalls`` batches in a row that offer nothing new to measure."""
     stalls = 0
-    while session.trials < budget.total and stalls < max_stalls:
+    while session.trials < budget.total and stalls < max_stalls and not session.out_of_time:
         best_cand, _ = session.best
         joint = session.trials < budget.joint or best_cand is None
         start, model = time.perf_counter(), session.seconds["cost_model"]
         candidates = agent.propose(session, batch, None if joint else best_cand.factors)
-        chosen = agent.choose(session, candidates, min(top_k, budget.total - session.trials))
+        room = session.remaining  # what the limit and a deadline leave
+        chosen = agent.choose(session, candidates, min(
+            top_k, budget.total - session.trials, top_k if room is None else room))
         # cost-model time spent inside the agent is already counted as such
         session.seconds["search"] += (time.perf_counter() - start
                                       - (session.seconds["cost_model"] - model))

@@ -14,6 +14,7 @@ import statistics
 import time
 from collections import OrderedDict, defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from tvm.s_tir import Schedule
@@ -33,6 +34,31 @@ FEATURE_CACHE_SIZE = 10_000
 MAX_FLOPS = 1e16
 """More floating-point operations a second than any device reaches (10 PFLOP/s): a record
 faster than that was not measured."""
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """A wall-clock budget of a session: it ends at ``end`` (``time.monotonic()``), was
+    set at ``start`` when the session held ``trials``, and keeps time for ``reserved``
+    candidate timings after the trials."""
+
+    end: float
+    start: float
+    trials: int
+    reserved: int
+
+    def fits(self, session: TuningSession) -> int | None:
+        """Trials that fit in the time left at the session's pace since :attr:`start`
+        (search included), after the reserved timings at its mean build and run time per
+        trial; ``None`` before the pace is known (no trial yet), 0 once the time is up."""
+        now = time.monotonic()
+        done = session.trials - self.trials
+        if done <= 0:
+            return None if now < self.end else 0
+        measured = max(session.trials - session.resumed, 1)
+        per_candidate = (session.seconds["build"] + session.seconds["run"]) / measured
+        left = self.end - now - self.reserved * per_candidate
+        return max(0, math.floor(left / ((now - self.start) / done)))
 
 
 class TuningSession:
@@ -60,12 +86,14 @@ class TuningSession:
         self.cost_model = cost_model or CostModel()
         self.check = check
         self.limit: int | None = None  # at most this many trials, whoever asks
+        self.deadline: Deadline | None = None  # a wall-clock budget (set_deadline)
         self.history: list[float] = []  # best latency after each trial
         self.seconds: dict[str, float] = dict.fromkeys(
             ("search", "cost_model", "build", "run", "measure_wall", "finalists"), 0.0)
         self._latency: dict[Candidate, float] = {}
         self._feature_cache: OrderedDict[Candidate, np.ndarray] = OrderedDict()
         self._resume()
+        self.resumed = self.trials  # trials read back from the records
 
     # ------------------------------------------------------------ bookkeeping
     @property
@@ -82,6 +110,11 @@ class TuningSession:
             return None, math.inf
         final = self.db.final(self.task.key)
         return self._candidate(record), final.winner[1] if final else record.median
+
+    def seconds_per_trial(self) -> dict[str, float]:
+        """Where the tuning time went (search, cost model, build, run, measurement wall,
+        finalists), in seconds per trial measured by this session (resumed ones not)."""
+        return {k: v / max(self.trials - self.resumed, 1) for k, v in self.seconds.items()}
 
     def nothing_measured(self, what: str) -> NothingMeasuredError:
         """The error of a tuning ``what`` (a phrase) that ended without a successful
@@ -249,10 +282,27 @@ class TuningSession:
             chosen.append(int(i))
         return chosen
 
+    def set_deadline(self, seconds: float | None, reserved: int = 0) -> None:
+        """Measure no trial that would end later than ``seconds`` from now (``None``: no
+        wall-clock budget), keeping time for ``reserved`` candidate timings after the
+        trials (the finalists' re-timing rounds), each at the mean build and run time of a
+        trial."""
+        self.deadline = None if seconds is None else Deadline(
+            time.monotonic() + seconds, time.monotonic(), self.trials, reserved)
+
     @property
     def remaining(self) -> int | None:
-        """Trials left under :attr:`limit` (``None``: no limit)."""
-        return None if self.limit is None else max(self.limit - self.trials, 0)
+        """Trials left under :attr:`limit` and the :attr:`deadline` (``None``: no limit)."""
+        fits = None if self.deadline is None else self.deadline.fits(self)
+        if self.limit is None:
+            return fits
+        left = max(self.limit - self.trials, 0)
+        return left if fits is None else min(left, fits)
+
+    @property
+    def out_of_time(self) -> bool:
+        """Whether the :attr:`deadline` leaves no time for another trial."""
+        return self.deadline is not None and self.deadline.fits(self) == 0
 
     def measure(self, candidates: Sequence[Candidate]) -> list[float]:
         """Median latency (s) of each candidate, ``inf`` where it failed or the trial
