@@ -28,6 +28,7 @@ from altenv.measure import (
     RPCSettings,
     create,
 )
+from altenv.measure.check import max_relative_error
 from altenv.measure.signals import sigint_deferred
 
 FAST = {"number": 2, "repeat": 3, "min_repeat_ms": 1}
@@ -351,6 +352,38 @@ def test_checked_candidates_are_timed_on_the_signed_check_inputs(monkeypatch) ->
         np.testing.assert_array_equal(x.numpy(), data["arg0"])
     assert (x.numpy() < 0).any() and (x.numpy() > 0).any()
     np.testing.assert_array_equal(y.numpy(), np.maximum(x.numpy(), 0))
+
+
+def test_a_worker_checks_candidates_of_two_layouts_in_turn_on_their_own_data(monkeypatch):
+    """The check data a worker read last is kept for the next candidate; a candidate of
+    another signature reads its own, and a wrong one is still caught after a switch."""
+    import altenv.measure.check as check_module
+
+    monkeypatch.setattr(check_module, "run_evaluator_common", lambda *args: [1.0])
+    dev = tvm.cpu(0)
+    mods = {}
+    for n in (16, 24):
+        a = te.placeholder((n,), name="a")
+        b = te.compute((n,), lambda i: a[i] * 2.0, name="b")  # noqa: B023 (used at once)
+        mods[n] = tvm.compile(te.create_prim_func([a, b]).with_attr("global_symbol", "main"),
+                              target="llvm").mod
+    right = CorrectnessCheck(lambda x: x * 2)
+    wrong = CorrectnessCheck(lambda x: x * 3)
+    for n in (16, 24, 16, 24):
+        sig = [("float32", (n,)), ("float32", (n,))]
+        assert right.evaluator(sig, rpc=False)(mods[n], dev, None, None) == [1.0]
+        assert check_module._LOADED.keys() == {right.data_file(sig)}
+        with pytest.raises(check_module.WrongResultError):
+            wrong.evaluator(sig, rpc=False)(mods[n], dev, None, None)
+
+
+def test_relative_error_in_the_outputs_own_precision():
+    assert max_relative_error(np.array([127], "int8"), np.array([-128], "int8")) == \
+        pytest.approx(255 / 128)  # no wrap-around
+    want = np.array([1.0, -4.0], "float16")
+    assert max_relative_error(np.array([1.0, -3.0], "float16"), want) == pytest.approx(0.25)
+    assert max_relative_error(want, want, scale=2.0) == 0.0
+    assert max_relative_error(np.zeros(0), np.zeros(0)) == 0.0
 
 
 def test_check_data_asked_for_by_several_devices_at_once_stays_whole() -> None:

@@ -30,11 +30,48 @@ def random_array(rng: np.random.Generator, shape: Sequence[int], dtype: str) -> 
     return (rng.uniform(0.5, 1.5, size=tuple(shape)) * sign).astype(dtype)
 
 
-def max_relative_error(actual: np.ndarray, expected: np.ndarray) -> float:
-    """Largest absolute difference, relative to the largest reference magnitude."""
-    scale = max(float(np.max(np.abs(expected))), np.finfo(np.float64).tiny)
-    diff = np.abs(actual.astype(np.float64) - expected.astype(np.float64))
-    return float(np.max(diff)) / scale if diff.size else 0.0
+def max_relative_error(actual: np.ndarray, expected: np.ndarray,
+                       scale: float | None = None) -> float:
+    """Largest absolute difference, relative to the largest reference magnitude (``scale``:
+    that magnitude, where the caller knows it). Floats are subtracted in their own
+    precision (at least float32: a difference that matters at a tolerance of 1e-3 is far
+    above its rounding), integers in float64 (no overflow)."""
+    if scale is None:
+        scale = reference_scale(expected)
+    if not actual.size:
+        return 0.0
+    work = (np.promote_types(expected.dtype, np.float32)
+            if np.issubdtype(expected.dtype, np.floating) else np.float64)
+    return float(np.max(np.abs(np.subtract(actual, expected, dtype=work)))) / scale
+
+
+def reference_scale(expected: np.ndarray) -> float:
+    """The largest magnitude of a reference output (never 0; integers in float64, where
+    the magnitude of int8's -128 does not wrap)."""
+    work = None if np.issubdtype(expected.dtype, np.floating) else np.float64
+    top = float(np.max(np.abs(expected, dtype=work))) if expected.size else 0.0
+    return max(top, np.finfo(np.float64).tiny)
+
+
+_LOADED: dict[str, tuple[list[np.ndarray], list[tuple[int, np.ndarray, float]]]] = {}
+"""The check data a runner worker read last (:func:`_load`): every candidate of a layout
+is checked on the same file, and reading it takes longer than timing a large kernel."""
+
+
+def _load(data_file: str) -> tuple[list[np.ndarray], list[tuple[int, np.ndarray, float]]]:
+    """The arrays of a check file (arguments; outputs' index, expected values and scale),
+    read once per worker process while it checks candidates of the same file."""
+    entry = _LOADED.get(data_file)
+    if entry is None:
+        with np.load(data_file) as data:
+            count = sum(1 for name in data.files if name.startswith("arg"))
+            args = [data[f"arg{i}"] for i in range(count)]
+            expected = [(int(name.removeprefix("expected")), data[name])
+                        for name in data.files if name.startswith("expected")]
+        entry = (args, [(i, e, reference_scale(e)) for i, e in expected])
+        _LOADED.clear()  # one file held: a worker's memory stays one operator's data
+        _LOADED[data_file] = entry
+    return entry
 
 
 class CorrectnessCheck:
@@ -129,15 +166,13 @@ class CheckedEvaluator:
 
     def __call__(self, *args: Any) -> list[float]:
         rt_mod, device, evaluator_config, _ = args[1:] if self.rpc else args
-        with np.load(self.data_file) as data:
-            count = sum(1 for name in data.files if name.startswith("arg"))
-            tensors = [tvm.runtime.tensor(data[f"arg{i}"], device) for i in range(count)]
-            rt_mod[rt_mod.entry_name](*tensors)
-            device.sync()
-            for name in data.files:
-                if name.startswith("expected"):
-                    index = int(name.removeprefix("expected"))
-                    err = max_relative_error(tensors[index].numpy(), data[name])
-                    if not err <= self.rtol:
-                        raise WrongResultError(f"wrong result (max rel err {err:.3g})")
+        arrays, expected = _load(self.data_file)
+        # fresh tensors each time: a wrong kernel may write into its inputs
+        tensors = [tvm.runtime.tensor(a, device) for a in arrays]
+        rt_mod[rt_mod.entry_name](*tensors)
+        device.sync()
+        for index, want, scale in expected:
+            err = max_relative_error(tensors[index].numpy(), want, scale)
+            if not err <= self.rtol:
+                raise WrongResultError(f"wrong result (max rel err {err:.3g})")
         return run_evaluator_common(rt_mod, device, evaluator_config, [tensors])
