@@ -227,6 +227,24 @@ def test_a_wall_clock_budget_stops_the_trials_and_a_resume_goes_on(measurer, tmp
         < sum(session.seconds.values())
 
 
+def test_a_deadline_keeps_time_for_the_finalists_builds_and_runs():
+    """Trials fit at the session's pace after the finalists' builds (on the builders at
+    once) and re-timing runs, each at the mean of the session's trials."""
+    import time
+    from types import SimpleNamespace
+
+    from altenv.tuning.session import Deadline
+
+    now = time.monotonic()
+    session = SimpleNamespace(trials=10, resumed=0,  # 1 s a trial so far
+                              seconds={"build": 10.0, "run": 5.0})  # 1 s, 0.5 s each
+    assert Deadline(now + 10.5, now - 10, 0, 0, 0, 1).fits(session) == 10
+    assert Deadline(now + 10.5, now - 10, 0, 8, 0, 2).fits(session) == 6  # 4 rounds of 1 s
+    assert Deadline(now + 10.5, now - 10, 0, 8, 24, 2).fits(session) == 0  # 4 s + 12 s
+    assert Deadline(now + 10.5, now - 10, 10, 0, 0, 1).fits(session) is None  # no pace yet
+    assert Deadline(now - 1, now - 10, 10, 0, 0, 1).fits(session) == 0
+
+
 @pytest.mark.slow
 def test_metaschedule_under_a_deadline_stops_when_it_has_come(tmp_path):
     """MetaSchedule's search wrapped in a deadline: one far off leaves it as it was (the

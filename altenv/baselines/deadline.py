@@ -28,15 +28,16 @@ class DeadlineSearch(PySearchStrategy):
 
     def __init__(self, inner: SearchStrategy, deadline: float) -> None:
         self.inner, self.deadline = inner, deadline
-        self._start = time.monotonic()
+        self._start = self._round_start = time.monotonic()
         self._trials = 0
+        self._round_pace = 0.0  # seconds a trial of the latest iteration
 
     def _initialize_with_tune_context(self, context: ms.TuneContext) -> None:
         self.inner._initialize_with_tune_context(context)  # noqa: SLF001 (MetaSchedule's hook)
 
     def pre_tuning(self, max_trials, num_trials_per_iter, design_spaces, database=None,
                    cost_model=None) -> None:
-        self._start, self._trials = time.monotonic(), 0
+        self._start, self._trials, self._round_pace = time.monotonic(), 0, 0.0
         self.inner.pre_tuning(max_trials, num_trials_per_iter, design_spaces, database,
                               cost_model)
 
@@ -45,8 +46,10 @@ class DeadlineSearch(PySearchStrategy):
 
     def generate_measure_candidates(self) -> list[ms.MeasureCandidate] | None:
         """The inner strategy's next iteration, cut to what the time left measures at the
-        pace so far; ``None`` (finished) once the deadline has come."""
-        now = time.monotonic()
+        slower of the pace so far and the latest iteration's (the first iterations, before
+        the cost model is trained, search least); ``None`` (finished) once the deadline
+        has come."""
+        now = self._round_start = time.monotonic()
         if now >= self.deadline:
             return None
         candidates = self.inner.generate_measure_candidates()
@@ -54,12 +57,14 @@ class DeadlineSearch(PySearchStrategy):
             return candidates
         if self._trials == 0:  # the pace is not known yet: measure a few to learn it
             return list(candidates)[:self.PROBE]
-        pace = (now - self._start) / self._trials
+        pace = max((now - self._start) / self._trials, self._round_pace)
         fits = max(1, math.floor((self.deadline - time.monotonic()) / pace))
         return list(candidates)[:fits]
 
     def notify_runner_results(self, measure_candidates, results) -> None:
         self._trials += len(results)
+        if results:
+            self._round_pace = (time.monotonic() - self._round_start) / len(results)
         self.inner.notify_runner_results(measure_candidates, results)
 
     def clone(self) -> DeadlineSearch:

@@ -54,7 +54,10 @@ def tune(session: TuningSession, agent: Agent, budget: Budget, batch: int = 128,
     (:attr:`TuningSession.out_of_time`). ``callbacks`` are called with the session after
     each measured batch (logging, checkpoints)."""
     session.limit = budget.total
-    session.set_deadline(seconds, finalists * finalist_rounds if finalists > 1 else 0)
+    if finalists > 1:  # the finalists are built once and timed finalist_rounds times
+        session.set_deadline(seconds, finalists, finalists * finalist_rounds)
+    else:
+        session.set_deadline(seconds)
     bar = tqdm(total=budget.total, initial=min(session.trials, budget.total),
                desc=session.task.key[:40], unit="trial", disable=not progress)
     done = [session.trials]

@@ -39,25 +39,30 @@ faster than that was not measured."""
 @dataclass(frozen=True)
 class Deadline:
     """A wall-clock budget of a session: it ends at ``end`` (``time.monotonic()``), was
-    set at ``start`` when the session held ``trials``, and keeps time for ``reserved``
-    candidate timings after the trials."""
+    set at ``start`` when the session held ``trials``, and keeps time for ``builds``
+    candidate builds (on ``workers`` builders at once) and ``runs`` timings after the
+    trials (the finalists')."""
 
     end: float
     start: float
     trials: int
-    reserved: int
+    builds: int
+    runs: int
+    workers: int
 
     def fits(self, session: TuningSession) -> int | None:
         """Trials that fit in the time left at the session's pace since :attr:`start`
-        (search included), after the reserved timings at its mean build and run time per
-        trial; ``None`` before the pace is known (no trial yet), 0 once the time is up."""
+        (search included), after the reserved builds and runs at the mean build and run
+        time of its trials; ``None`` before the pace is known (no trial yet), 0 once the
+        time is up."""
         now = time.monotonic()
         done = session.trials - self.trials
         if done <= 0:
             return None if now < self.end else 0
         measured = max(session.trials - session.resumed, 1)
-        per_candidate = (session.seconds["build"] + session.seconds["run"]) / measured
-        left = self.end - now - self.reserved * per_candidate
+        reserve = (math.ceil(self.builds / self.workers) * session.seconds["build"]
+                   + self.runs * session.seconds["run"]) / measured
+        left = self.end - now - reserve
         return max(0, math.floor(left / ((now - self.start) / done)))
 
 
@@ -282,13 +287,14 @@ class TuningSession:
             chosen.append(int(i))
         return chosen
 
-    def set_deadline(self, seconds: float | None, reserved: int = 0) -> None:
+    def set_deadline(self, seconds: float | None, builds: int = 0, runs: int = 0) -> None:
         """Measure no trial that would end later than ``seconds`` from now (``None``: no
-        wall-clock budget), keeping time for ``reserved`` candidate timings after the
-        trials (the finalists' re-timing rounds), each at the mean build and run time of a
-        trial."""
+        wall-clock budget), keeping time for ``builds`` candidate builds and ``runs``
+        timings after the trials (the finalists' re-timing)."""
+        workers = getattr(getattr(self.measurer, "config", None), "build_workers", 1)
         self.deadline = None if seconds is None else Deadline(
-            time.monotonic() + seconds, time.monotonic(), self.trials, reserved)
+            time.monotonic() + seconds, time.monotonic(), self.trials, builds, runs,
+            max(int(workers), 1))
 
     @property
     def remaining(self) -> int | None:
