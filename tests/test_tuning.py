@@ -225,6 +225,7 @@ def test_a_wall_clock_budget_stops_the_trials_and_a_resume_goes_on(measurer, tmp
     assert split["measure_wall"] > 0 and split["run"] > 0
     assert split["search"] + split["cost_model"] + split["measure_wall"] \
         < sum(session.seconds.values())
+    assert split == pytest.approx({k: v / 8 for k, v in session.seconds.items()})
 
 
 def test_a_deadline_keeps_time_for_the_finalists_builds_and_runs():
