@@ -27,6 +27,9 @@ strategy in place of random batches:
   same cost model; ``loop_search="evolution"`` keeps the evolution above instead. The
   race's batches come from the evolution above (``race_search``): a MetaSchedule search
   per entrant costs a population of 512 points for the 8 to 16 trials a loser gets.
+  ``layout_choice="bandit"`` plays those layouts and the framework one as a bandit
+  instead (``agents.layout_bandit``): each turn of ``race_trials`` goes to the layout of
+  highest UCB index, so none is dropped on a batch or two and a stalled one loses turns.
 - ``layout_rank="predicted"`` ranks layouts, where the joint stage narrows and where the
   race picks and halves its entrants, by the best the cost model predicts over each
   layout's evolved loop population instead of by its best measured trial: a layout judged
@@ -61,6 +64,7 @@ from altenv.tuning.ms_search import LayoutLoopSearch
 from altenv.tuning.session import TuningSession
 from altenv.tuning.task import Candidate, Factors, freeze
 
+from . import layout_bandit
 from .base import Agent, register
 from .options import EvolutionOptions
 
@@ -92,6 +96,8 @@ class EvolutionAgent(Agent):
         self.layout_draws = o.layout_draws
         self.race_layouts, self.race_trials = o.race_layouts, o.race_trials
         self.race_search = o.race_search
+        self.layout_choice, self.framework_share, self.bandit_exploration = (
+            o.layout_choice, o.framework_share, o.bandit_exploration)
         self.diversity = o.diversity
         self.stall_trials, self.revisit_trials = o.stall_trials, o.revisit_trials
         self._task: str | None = None
@@ -390,10 +396,34 @@ class EvolutionAgent(Agent):
         winner's, and with ``loop_search="metaschedule"`` the batch is MetaSchedule's next
         picks for it (the evolution's population only if it has none left to offer); after
         a stall, the layout whose turn it is (:meth:`_revisit`; a runner-up's searched by
-        ``race_search``)."""
+        ``race_search``). With the bandit, the layout whose turn it is (:meth:`_loop_turn`)."""
         self.setup(session)
         if layout is None:
             return self._loop_batch(session, n, None, "evolution")
+        factors, quota, search = self._loop_turn(session, layout)
+        if quota is None:
+            return self._loop_batch(session, n, factors, search)
+        batch = [c for c in self._loop_batch(session, n, factors, search)
+                 if session.measured(c) is None][:quota]  # the turn's quota, unmeasured
+        if batch:
+            return batch
+        self._exhausted.add(factors)  # nothing new left on it: out of the race or turn
+        return self.propose(session, n, layout)
+
+    def _loop_turn(self, session: TuningSession, layout: Factors
+                   ) -> tuple[Factors, int | None, str]:
+        """The layout of the next loop-only batch (``layout``: the best so far), the trials
+        left in its turn (``None``: a whole batch) and its search: ``loop_search`` for the
+        best layout (the race's winner), ``race_search`` for the others."""
+        if self.layout_choice == "bandit":
+            turn = layout_bandit.next_turn(
+                [(c.factors, latency) for c, latency in session.measured_items()],
+                self._budget.joint if self._budget else 0, self.race_layouts,
+                self.race_trials, session.task.default_factors(), self.framework_share,
+                self.bandit_exploration, self._exhausted)
+            if turn is None:
+                return layout, None, self.loop_search
+            return (*turn, self.loop_search if turn[0] == layout else self.race_search)
         turn, search = self._race(session), self.race_search
         if turn is not None and turn[1] == 0:  # the race is over: its winner, unless stalled
             layout, turn = turn[0], None
@@ -402,13 +432,8 @@ class EvolutionAgent(Agent):
             if turn is not None and turn[0] == layout:  # the best layout's turn
                 search = self.loop_search
         if turn is None:
-            return self._loop_batch(session, n, layout, self.loop_search)
-        batch = [c for c in self._loop_batch(session, n, turn[0], search)
-                 if session.measured(c) is None][:turn[1]]  # the turn's quota, unmeasured
-        if batch:
-            return batch
-        self._exhausted.add(turn[0])  # nothing new left on it: out of the race or turn
-        return self.propose(session, n, layout)
+            return layout, None, self.loop_search
+        return turn[0], turn[1], search
 
     def _loop_batch(self, session: TuningSession, n: int, layout: Factors | None,
                     search: str) -> list[Candidate]:

@@ -27,6 +27,7 @@ AtLeastOne = Annotated[int, Field(ge=1)]
 LayoutDraws = Literal["solver", "actions"]
 LayoutRank = Literal["measured", "predicted"]
 LoopSearch = Literal["metaschedule", "evolution"]
+LayoutChoice = Literal["race", "bandit"]
 
 
 class AgentOptions(Strict):
@@ -88,6 +89,16 @@ class EvolutionOptions(AgentOptions):
     # "metaschedule" (a MetaSchedule search of ms_population points started per entrant,
     # most of whose candidates a layout that loses the race never measures).
     race_search: LoopSearch = "evolution"
+    # How the loop-only stage shares its trials among layouts: "race" (the race above,
+    # then the winner; runner-ups only after a stall, see stall_trials) or "bandit"
+    # (agents.layout_bandit: every turn of race_trials goes to one of the joint stage's
+    # race_layouts best layouts and the framework layout by a UCB index, the log of how far
+    # a layout's best is behind plus bandit_exploration x sqrt(log(trials) / its trials);
+    # the framework layout gets a turn whenever it has had less than framework_share of
+    # the stage; the best layout is searched by loop_search, the others by race_search).
+    layout_choice: LayoutChoice = "race"
+    bandit_exploration: Annotated[float, Field(ge=0.0)] = 0.5
+    framework_share: Share = 0.125
     # Decisions in which two candidates of one measured batch differ at least while the
     # ranked batch offers enough such (agents.evolution.spread; 1: plain top-k).
     diversity: AtLeastOne = 2

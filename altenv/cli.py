@@ -268,7 +268,7 @@ def _bench_offline(args: argparse.Namespace) -> int:
                   for label, agent in map(_agent_option, args.agent or [])}
         output = Path(args.output or f"runs/offline-{data.name}")
         rows = run_offline(data, _names(args.tuners, "--tuners"), args.seeds, budgets, output,
-                           args.filter, agents, progress=not args.quiet)
+                           args.filter, agents, progress=not args.quiet, jobs=args.jobs)
     except ValueError as err:
         raise ConfigError(f"bench offline: {' '.join(str(err).split())}") from None
     from .files import write_json
@@ -562,6 +562,8 @@ def build_parser() -> argparse.ArgumentParser:
                          help="comma-separated trial budgets (each tuned as its own cell)")
     offline.add_argument("--filter", help="regex on workload names")
     offline.add_argument("--output", help="directory (default runs/offline-DATASET; resumes)")
+    offline.add_argument("--jobs", type=_positive, default=1,
+                         help="cells tuned at once, each in a process of its own (default 1)")
     offline.add_argument("--quiet", action="store_true", help="no progress bars")
     offline.set_defaults(func=_bench_offline)
     peak = kinds.add_parser("peak", help="this host's fp32 FMA peak and memory bandwidth "

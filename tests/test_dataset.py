@@ -353,6 +353,15 @@ def test_bench_offline_runs_bench_ops_cells_on_the_replay(collected, tmp_path, c
     assert main(["bench", "offline", "--dataset", str(collected.path), "--tuners",
                  "metaschedule", "--output", str(out)]) == 2
     assert "metaschedule has no replay" in capsys.readouterr().err
+    # the same cells in two processes at once: the same rows
+    apart = tmp_path / "apart"
+    assert main(["bench", "offline", "--dataset", str(collected.path), "--tuners", "random",
+                 "--seeds", "2", "--budgets", "4", "--filter", "gmm", "--output", str(apart),
+                 "--quiet", "--jobs", "2"]) == 0
+    again = list(csv.DictReader((apart / "results.csv").open()))
+    assert [(r["workload"], r["seed"], r["regret"], r["replayed"], r["predicted"])
+            for r in again] == [(r["workload"], r["seed"], r["regret"], r["replayed"],
+                                 r["predicted"]) for r in rows]
 
 
 @pytest.mark.slow

@@ -28,6 +28,21 @@ def _tune(task, db, budget, seed=0, callbacks=(), **options):
     return session, agent
 
 
+def _killed_and_resumed(task, path, budget, cut, seed=1, **options):
+    """Tune until ``cut`` trials are measured, kill the run there, then resume it on the
+    same records (with ``seed``): the resumed session, agent and records."""
+
+    def kill(session):
+        if session.trials >= cut:
+            raise KeyboardInterrupt
+
+    with RecordDB(path) as db, pytest.raises(KeyboardInterrupt):
+        _tune(task, db, budget, callbacks=[kill], **options)
+    with RecordDB(path) as db:
+        session, agent = _tune(task, db, budget, seed=seed, **options)
+        return session, agent, db.records(task.key)
+
+
 def test_budget_stages_and_layout_schedule(tmp_path):
     task = OpTask(C2D)
     with RecordDB(tmp_path / "records.jsonl") as db:
@@ -94,40 +109,25 @@ def test_a_second_round_of_initial_layouts_where_the_joint_stage_holds_three(
 
 def test_the_blocked_layout_gets_its_second_batch_after_every_first_one(tmp_path):
     task = OpTask(C2D)
-
-    def kill(session):
-        if session.trials >= 16:  # after the first round, before the blocked second batch
-            raise KeyboardInterrupt
-
-    with RecordDB(tmp_path / "records.jsonl") as db, pytest.raises(KeyboardInterrupt):
-        _tune(task, db, Budget(32, 0), callbacks=[kill], explore_layout=0.0,
-              blocked_rounds=2)
-    with RecordDB(tmp_path / "records.jsonl") as db:
-        _, agent = _tune(task, db, Budget(32, 0), explore_layout=0.0, blocked_rounds=2)
-        layouts = [freeze(r.layouts["factors"]) for r in db.records(task.key)]
-        blocked = task.blocked_factors(Hardware.of(task.target).lanes())
-        assert agent._initial[1] == blocked and agent._blocked == blocked
-        # one round of the four (32 trials hold fewer than three), then the blocked
-        # layout's second batch, resumed where the kill left it, then the best two
-        assert layouts[:20] == [f for f in agent._initial for _ in range(4)] + [blocked] * 4
-        assert len(set(layouts[20:])) <= 2
+    # killed after the first round, before the blocked second batch
+    _, agent, records = _killed_and_resumed(task, tmp_path / "records.jsonl", Budget(32, 0),
+                                            16, seed=0, explore_layout=0.0, blocked_rounds=2)
+    layouts = [freeze(r.layouts["factors"]) for r in records]
+    blocked = task.blocked_factors(Hardware.of(task.target).lanes())
+    assert agent._initial[1] == blocked and agent._blocked == blocked
+    # one round of the four (32 trials hold fewer than three), then the blocked
+    # layout's second batch, resumed where the kill left it, then the best two
+    assert layouts[:20] == [f for f in agent._initial for _ in range(4)] + [blocked] * 4
+    assert len(set(layouts[20:])) <= 2
 
 
 def test_killed_second_round_resumes_from_its_records(tmp_path):
     task = OpTask(C2D)
-
-    def kill(session):
-        if session.trials >= 20:  # in the second round
-            raise KeyboardInterrupt
-
-    with RecordDB(tmp_path / "records.jsonl") as db, pytest.raises(KeyboardInterrupt):
-        _tune(task, db, Budget(48, 0), callbacks=[kill], explore_layout=0.0,
-              initial_rounds=2)
-    with RecordDB(tmp_path / "records.jsonl") as db:
-        _, agent = _tune(task, db, Budget(48, 0), explore_layout=0.0,
-                         initial_rounds=2)  # same seed: same draws
-        layouts = [freeze(r.layouts["factors"]) for r in db.records(task.key)]
-        assert layouts[:32] == [f for f in agent._initial for _ in range(4)] * 2
+    # killed in the second round, resumed with the same seed: the same draws
+    _, agent, records = _killed_and_resumed(task, tmp_path / "records.jsonl", Budget(48, 0),
+                                            20, seed=0, explore_layout=0.0, initial_rounds=2)
+    layouts = [freeze(r.layouts["factors"]) for r in records]
+    assert layouts[:32] == [f for f in agent._initial for _ in range(4)] * 2
 
 
 def test_evolved_batches_are_valid_and_ranked(tmp_path):
@@ -226,17 +226,11 @@ def test_loop_stage_races_the_best_layouts_before_keeping_one(tmp_path, loop_sea
 def test_killed_race_resumes_from_its_records(tmp_path):
     task = OpTask(C2D)
     budget = Budget(24, 56)
-
-    def kill(session):
-        if session.trials >= 32:  # in the race's first round
-            raise KeyboardInterrupt
-
-    with RecordDB(tmp_path / "records.jsonl") as db, pytest.raises(KeyboardInterrupt):
-        _tune(task, db, budget, callbacks=[kill], race_trials=4)
-    with RecordDB(tmp_path / "records.jsonl") as db:
-        session, _ = _tune(task, db, budget, seed=1, race_trials=4)
-        assert session.trials == 80
-        _check_race(db.records(task.key), budget.joint, 4)
+    # killed in the race's first round
+    session, _, records = _killed_and_resumed(task, tmp_path / "records.jsonl", budget, 32,
+                                              race_trials=4)
+    assert session.trials == 80
+    _check_race(records, budget.joint, 4)
 
 
 def test_predicted_layout_rank_races_the_layouts_the_model_ranks_best(tmp_path):
@@ -314,19 +308,11 @@ def test_killed_revisit_resumes_from_its_records(tmp_path):
         full = db.records(task.key)
     cut = next(i for i in range(16, 96) if freeze(full[i].layouts["factors"])
                != freeze(full[i - 1].layouts["factors"])) + 2  # inside the first revisit
-
-    def kill(session):
-        if session.trials >= cut:
-            raise KeyboardInterrupt
-
-    with RecordDB(tmp_path / "killed.jsonl") as db, pytest.raises(KeyboardInterrupt):
-        _tune(task, db, budget, callbacks=[kill], **options)
-    with RecordDB(tmp_path / "killed.jsonl") as db:
-        session, _ = _tune(task, db, budget, seed=1, **options)
-        assert session.trials == 96
-        records = db.records(task.key)
-        assert len({r.key for r in records}) == 96  # nothing measured twice
-        assert _check_revisits(records, 16, 8, 4)
+    session, _, records = _killed_and_resumed(task, tmp_path / "killed.jsonl", budget, cut,
+                                              **options)
+    assert session.trials == 96
+    assert len({r.key for r in records}) == 96  # nothing measured twice
+    assert _check_revisits(records, 16, 8, 4)
 
 
 class _Measured:

@@ -19,19 +19,23 @@ from __future__ import annotations
 
 import csv
 import math
+import multiprocessing
+import os
 import re
 import time
 import zlib
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tqdm import tqdm
 
 from ..config import AgentConfig
 from ..dataset import Dataset
 from ..dataset.measurer import ReplayMeasurer, json_target
-from ..dataset.surrogate import load_or_fit
+from ..dataset.surrogate import Surrogate, load_or_fit
 from ..records import RecordDB
 from ..suites import BenchSuite, OpEntry
 from .ops import METASCHEDULE, cell_dir, tune_cell
@@ -82,38 +86,67 @@ def cell_regret(measurer: ReplayMeasurer, entry: OpEntry, path: Path) -> float:
 
 def run_offline(data: Dataset, tuners: Sequence[str], seeds: int, budgets: Sequence[int],
                 output: Path, pattern: str | None = None,
-                agents: dict[str, AgentConfig] | None = None, progress: bool = False
-                ) -> list[dict[str, Any]]:
+                agents: dict[str, AgentConfig] | None = None, progress: bool = False,
+                jobs: int = 1) -> list[dict[str, Any]]:
     """Tune every (workload, tuner, seed, budget) cell not finished yet under ``output``;
     one row per cell (its regret, trials, seconds, and how many of its trials the dataset
-    answered by replay), also written to ``output/results.csv``."""
+    answered by replay), also written to ``output/results.csv``. With ``jobs`` > 1 the
+    cells run in that many processes at once (a replayed cell times nothing, so cells
+    side by side do not disturb each other's results, only their own ``seconds``)."""
     suite = offline_suite(data, tuners, seeds, pattern, agents)
     surrogate = load_or_fit(data)
-    rows = []
-    for budget in sorted(budgets):
-        for entry in suite.workloads:
-            for tuner in tuners:
-                for seed in range(seeds):
-                    draws = zlib.crc32(f"{entry.name}/{tuner}/{seed}".encode())
-                    measurer = ReplayMeasurer(data, seed=draws, surrogate=surrogate)
-                    out = output / f"b{budget}"
-                    start = time.perf_counter()
-                    summary = tune_cell(suite, entry, tuner, seed, out, budget,
-                                        _Lend(measurer), progress=progress)
-                    path = cell_dir(out, entry, tuner, seed)
-                    rows.append({
-                        "workload": entry.name, "tuner": tuner, "seed": seed, "budget": budget,
-                        "regret": cell_regret(measurer, entry, path),
-                        "trials": summary["trials"],
-                        "tuning_seconds": summary["tuning_seconds"],
-                        "replayed": measurer.replayed, "predicted": measurer.predicted,
-                        "wall_seconds": time.perf_counter() - start})
+    cells = [(entry, tuner, seed, budget) for budget in sorted(budgets)
+             for entry in suite.workloads for tuner in tuners for seed in range(seeds)]
+    if jobs <= 1:
+        rows = [_cell_row(data, surrogate, suite, *cell, output, progress) for cell in cells]
+    else:
+        threads = max(1, (os.cpu_count() or 1) // jobs)
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
+                                 initializer=_start_worker,
+                                 initargs=(str(data.path), surrogate, threads)) as pool:
+            futures = [pool.submit(_worker_cell, suite, *cell, output) for cell in cells]
+            rows = [f.result() for f in tqdm(futures, desc="offline cells", unit="cell",
+                                             disable=not progress)]
     output.mkdir(parents=True, exist_ok=True)
     with (output / "results.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
     return rows
+
+
+def _cell_row(data: Dataset, surrogate: Surrogate, suite: BenchSuite, entry: OpEntry,
+              tuner: str, seed: int, budget: int, output: Path, progress: bool
+              ) -> dict[str, Any]:
+    """Tune one cell (or read it, finished) and give its row."""
+    draws = zlib.crc32(f"{entry.name}/{tuner}/{seed}".encode())
+    measurer = ReplayMeasurer(data, seed=draws, surrogate=surrogate)
+    out = output / f"b{budget}"
+    start = time.perf_counter()
+    summary = tune_cell(suite, entry, tuner, seed, out, budget, _Lend(measurer),
+                        progress=progress)
+    return {"workload": entry.name, "tuner": tuner, "seed": seed, "budget": budget,
+            "regret": cell_regret(measurer, entry, cell_dir(out, entry, tuner, seed)),
+            "trials": summary["trials"], "tuning_seconds": summary["tuning_seconds"],
+            "replayed": measurer.replayed, "predicted": measurer.predicted,
+            "wall_seconds": time.perf_counter() - start}
+
+
+_WORKER: dict[str, Any] = {}
+"""A worker process's dataset and surrogate (:func:`_start_worker`)."""
+
+
+def _start_worker(path: str, surrogate: Surrogate, threads: int) -> None:
+    """Open the dataset once per worker; TVM's thread pool (started on first use) gets
+    the worker's share of the cores."""
+    os.environ["TVM_NUM_THREADS"] = str(threads)
+    _WORKER.update(data=Dataset.open(path), surrogate=surrogate)
+
+
+def _worker_cell(suite: BenchSuite, entry: OpEntry, tuner: str, seed: int, budget: int,
+                 output: Path) -> dict[str, Any]:
+    return _cell_row(_WORKER["data"], _WORKER["surrogate"], suite, entry, tuner, seed,
+                     budget, output, False)
 
 
 def summarize(rows: Sequence[dict[str, Any]], seed: int = 0, resamples: int = 2000

@@ -76,10 +76,7 @@ def make_job(workload: Workload, epilogue: Sequence[str], target: Any, search: S
     cell and ``bench scale`` build theirs here from the same settings (``search``, a task of
     a model run with ``model``), so that they tune alike; a template the workload cannot
     have is a :class:`ConfigError` of one line."""
-    try:
-        task = OpTask(workload, target, epilogue, search.levels, mapping=mapping)
-    except ValueError as err:
-        raise ConfigError(f"workload {str(workload)!r}: {' '.join(str(err).split())}") from None
+    task = _task(workload, target, epilogue, search.levels, mapping)
     return TuningJob(task, agent, budget, search.options(model))
 
 
@@ -87,8 +84,13 @@ def op_task(cfg: RunConfig | TrainConfig, workload: Workload, mapping: str = "no
     """The :class:`~altenv.tuning.OpTask` of an operator run or of a workload to train on;
     a template the workload cannot have (e.g. no intrinsic mapping of it) is a
     :class:`ConfigError` of one line."""
+    return _task(workload, cfg.target, cfg.epilogue, cfg.search.levels, mapping)
+
+
+def _task(workload: Workload, target: Any, epilogue: Sequence[str], levels: int,
+          mapping: str) -> OpTask:
     try:
-        return OpTask(workload, cfg.target, cfg.epilogue, cfg.search.levels, mapping=mapping)
+        return OpTask(workload, target, epilogue, levels, mapping=mapping)
     except ValueError as err:
         raise ConfigError(f"workload {str(workload)!r}: {' '.join(str(err).split())}") from None
 
