@@ -366,6 +366,25 @@ def test_bench_offline_runs_bench_ops_cells_on_the_replay(collected, tmp_path, c
 
 @pytest.mark.slow
 @DATASET
+def test_an_offline_evolution_cell_repeats_from_its_seed(collected, tmp_path):
+    """MetaSchedule's search in the loop-only stage included (a replay runs it on one
+    thread: with more, its threads take candidates as they free up)."""
+    from altenv.cli import main
+
+    keys = []
+    for run in ("a", "b"):
+        out = tmp_path / run
+        assert main(["bench", "offline", "--dataset", str(collected.path), "--tuners", "evo",
+                     "--agent", "evo=evolution{ms_population: 64, ms_batch: 8}",
+                     "--seeds", "1", "--budgets", "40", "--filter", "gmm-000",
+                     "--output", str(out), "--quiet"]) == 0
+        db = RecordDB(out / "b40" / "gmm-000" / "evo-seed0" / "records.jsonl")
+        keys.append([r.key for r in db.records()])
+    assert len(keys[0]) == 40 and keys[0] == keys[1]
+
+
+@pytest.mark.slow
+@DATASET
 def test_a_batch_disturbed_by_other_work_is_timed_again(tmp_path, monkeypatch):
     from altenv.dataset import collect as collection
 

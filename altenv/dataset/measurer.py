@@ -38,6 +38,10 @@ class ReplayMeasurer:
     """
 
     rpc = False
+    search_threads = 1
+    """MetaSchedule's searches in a replayed session run on one thread: with more, its
+    threads take candidates as they free up and a seed does not repeat (the cells of
+    ``bench offline --jobs`` run side by side instead)."""
 
     def __init__(self, dataset: Dataset, seed: int = 0, surrogate: Surrogate | None = None):
         self.dataset = dataset

@@ -412,16 +412,18 @@ class LoopSpace:
         return points
 
     # ----------------------------------------------------------------- MetaSchedule search
-    def search_context(self, strategy: ms.SearchStrategy, seed: int
-                       ) -> tuple[ms.TuneContext, list[Schedule]]:
+    def search_context(self, strategy: ms.SearchStrategy, seed: int,
+                       threads: int | None = None) -> tuple[ms.TuneContext, list[Schedule]]:
         """A tuning context of this task for a MetaSchedule search ``strategy`` (same rules,
         postprocessors and mutators as the space), seeded with ``seed``, and its design
-        spaces (whose traces :meth:`point_of` reads back)."""
+        spaces (whose traces :meth:`point_of` reads back). ``threads``: the search's
+        threads (``None``: the physical cores); only one makes a seeded search repeat,
+        since its threads take candidates as they free up."""
         with tune_context_intrins(self.target):
             context = ms.TuneContext(self.mod, target=self.target,
                                      space_generator=_generator(self.target, self._core.intrin),
                                      search_strategy=strategy, task_name="task",
-                                     rand_state=seed)
+                                     rand_state=seed, num_threads=threads or "physical")
         return context, list(context.generate_design_space())
 
     def point_of(self, sch: Schedule) -> LoopPoint | None:

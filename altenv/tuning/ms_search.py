@@ -5,7 +5,8 @@ sampling of the design spaces, its mutators (tile size, compute location, unroll
 genetic iterations and epsilon-greedy picks. Candidates are ranked by the session's cost
 model (shared by every layout of the workload) and the search starts from the layout's
 measured records. Each candidate is read back into a loop point, so the session
-measures, checks and records it like any other.
+measures, checks and records it like any other. A measurer may set the search's threads
+(``search_threads``: a replay sets one, so that a seeded cell repeats).
 """
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ class LayoutLoopSearch:
         self.space = session.task.space(factors)
         self.strategy = ms.search_strategy.EvolutionarySearch(
             population_size=population, eps_greedy=eps_greedy)
-        context, design_spaces = self.space.search_context(self.strategy, seed)
+        context, design_spaces = self.space.search_context(
+            self.strategy, seed, getattr(session.measurer, "search_threads", None))
         self._context = context  # kept as long as the strategy initialized with it
         self.database = ms.database.MemoryDatabase()
         self._workload = self.database.commit_workload(self.space.mod)
