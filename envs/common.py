@@ -66,6 +66,24 @@ def finite_action(action: Any) -> np.ndarray:
     return values
 
 
+RENDER_MODES = ["ansi"]
+"""What ``render`` offers: one text line a step (``render_mode="ansi"``)."""
+
+
+def check_render_mode(render_mode: str | None) -> None:
+    """A ``ValueError`` of one line unless ``render_mode`` is ``None`` or in
+    :data:`RENDER_MODES`."""
+    if render_mode not in (None, *RENDER_MODES):
+        raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+
+
+def info_line(info: Mapping[str, Any]) -> str:
+    """A step's ``info`` as ``key=value`` pairs (floats to 4 significant digits), for
+    ``render()``."""
+    return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                     for k, v in info.items())
+
+
 def checked_action(space: spaces.Space, action: Any, names: Sequence[str] | None = None
                    ) -> np.ndarray:
     """``action`` checked against ``space``: an array of its shape (``int64`` for a
@@ -287,7 +305,7 @@ class TuningEnv(gym.Env):
     and ``best_latency`` is ``inf``.
     """
 
-    metadata = {"render_modes": ["ansi"], "render_fps": 4}
+    metadata = {"render_modes": RENDER_MODES, "render_fps": 4}
     backend: Backend
 
     @property

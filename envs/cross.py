@@ -25,11 +25,14 @@ from altenv.tuning.task import Factors
 
 from .common import (
     FEATURES,
+    RENDER_MODES,
     REWARD_SOURCES,
     Backend,
     TuningEnv,
+    check_render_mode,
     checked_action,
     default_cost_model,
+    info_line,
     make_task,
 )
 from .wrappers import MAX_DIRECTIONS, MAX_SUBSPACES, MAX_VECTOR, fit_directions
@@ -101,7 +104,7 @@ class CrossExplorationBase(gym.Env, ABC):
     the layout template (``template``), the visit's layout (``factors``) and loop space,
     and the scores of its points: the abstract methods below."""
 
-    metadata = {"render_modes": ["ansi"], "render_fps": 4}
+    metadata = {"render_modes": RENDER_MODES, "render_fps": 4}
     template: LayoutTemplate
     factors: Factors | Mapping[str, int]
     fixed: Factors | None = None
@@ -113,8 +116,7 @@ class CrossExplorationBase(gym.Env, ABC):
 
     def __init__(self, episode_layouts: int, loop_rounds: int, walk_length: int, batch: int,
                  render_mode: str | None):
-        if render_mode not in (None, *self.metadata["render_modes"]):
-            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        check_render_mode(render_mode)
         if min(episode_layouts, loop_rounds, walk_length, batch) < 1:
             raise ValueError("episode_layouts, loop_rounds, walk_length and batch must be >= 1")
         self.episode_layouts, self.loop_rounds, self.walk_length, self.batch = (
@@ -221,8 +223,7 @@ class CrossExplorationBase(gym.Env, ABC):
     def render(self) -> str | None:
         if self.render_mode != "ansi":
             return None
-        last = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                         for k, v in self._last.items())
+        last = info_line(self._last)
         return (f"visit {self._visit}/{self.episode_layouts} round {self._round} step "
                 f"{self._walked}: {last}\n")
 

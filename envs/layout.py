@@ -21,7 +21,9 @@ from .common import (
     WORST_REWARD,
     Backend,
     TuningEnv,
+    check_render_mode,
     checked_action,
+    info_line,
     make_task,
 )
 
@@ -127,8 +129,7 @@ class LayoutTuningEnv(TuningEnv):
                  reference_latency: float | None = None, render_mode: str | None = None):
         if action_type not in ACTION_TYPES:
             raise ValueError(f"action_type must be one of {ACTION_TYPES}, got {action_type!r}")
-        if render_mode not in (None, *self.metadata["render_modes"]):
-            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        check_render_mode(render_mode)
         if min(episode_length, batch, top_k, loop_rounds) < 1:
             raise ValueError("episode_length, batch, top_k and loop_rounds must be >= 1")
         task = make_task(workload, target, epilogue, levels, session, mapping)
@@ -200,8 +201,7 @@ class LayoutTuningEnv(TuningEnv):
     def render(self) -> str | None:
         if self.render_mode != "ansi":
             return None
-        last = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                         for k, v in self._last.items())
+        last = info_line(self._last)
         return f"layout step {self._t}/{self.episode_length}: {last}\n{self.best_summary()}\n"
 
     # ------------------------------------------------------------------ evaluation

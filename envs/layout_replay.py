@@ -14,7 +14,7 @@ from gymnasium import spaces
 from altenv.dataset.surrogate import Surrogate
 from altenv.tuning import freeze
 
-from .common import checked_action
+from .common import RENDER_MODES, check_render_mode, checked_action, info_line
 from .replay_common import ReplaySource
 
 ACTION_TYPES = ("continuous", "discrete")
@@ -60,7 +60,7 @@ class LayoutTuningReplayEnv(gym.Env):
     | loop_rounds    | 1            | rounds per layout evaluation                  |
     """
 
-    metadata = {"render_modes": ["ansi"], "render_fps": 4}
+    metadata = {"render_modes": RENDER_MODES, "render_fps": 4}
 
     def __init__(self, workload: str | None = None, *, action_type: str = "continuous",
                  episode_length: int = 4, batch: int = 128, loop_rounds: int = 1,
@@ -71,8 +71,7 @@ class LayoutTuningReplayEnv(gym.Env):
             raise ValueError(f"action_type must be one of {ACTION_TYPES}, got {action_type!r}")
         if min(episode_length, batch, loop_rounds) < 1:
             raise ValueError("episode_length, batch and loop_rounds must be >= 1")
-        if render_mode not in (None, "ansi"):
-            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        check_render_mode(render_mode)
         self.source = ReplaySource(self, workload, dataset, surrogate, reward_source, unused,
                                    one="LayoutTuning-v0")
         self.workload, self.template = self.source.get(self.source.names[0])
@@ -124,8 +123,7 @@ class LayoutTuningReplayEnv(gym.Env):
     def render(self) -> str | None:
         if self.render_mode != "ansi":
             return None
-        last = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                         for k, v in self._last.items())
+        last = info_line(self._last)
         return f"layout step {self._t}/{self.episode_length}: {last}\n"
 
     def _evaluate(self, layout: Any) -> float:

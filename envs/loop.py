@@ -22,7 +22,9 @@ from .common import (
     Backend,
     TuningEnv,
     as_factors,
+    check_render_mode,
     checked_action,
+    info_line,
     make_task,
 )
 
@@ -124,8 +126,7 @@ class LoopTuningEnv(TuningEnv):
                  db_path: str | Path | None = None,
                  cost_model: CostModel | str | Path | None = None,
                  reference_latency: float | None = None, render_mode: str | None = None):
-        if render_mode not in (None, *self.metadata["render_modes"]):
-            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        check_render_mode(render_mode)
         if min(batch, episode_length, top_k) < 1:
             raise ValueError("batch, episode_length and top_k must be >= 1")
         task = make_task(workload, target, epilogue, levels, session)
@@ -217,7 +218,7 @@ class LoopTuningEnv(TuningEnv):
     def render(self) -> str | None:
         if self.render_mode != "ansi" or self.point is None:
             return None
-        last = ", ".join(f"{k}={v:.4g}" for k, v in self._last.items())
+        last = info_line(self._last)
         point = self.space.to_json(self.point)
         return (f"loop step {self._t}/{self.episode_length}: {last}\n"
                 f"point: {point}\n{self.best_summary()}\n")

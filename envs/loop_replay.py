@@ -14,7 +14,7 @@ from gymnasium import spaces
 from altenv.dataset.replay import Point
 from altenv.dataset.surrogate import Surrogate
 
-from .common import FEATURES, checked_action
+from .common import FEATURES, RENDER_MODES, check_render_mode, checked_action, info_line
 from .replay_common import ReplaySource
 
 
@@ -66,7 +66,7 @@ class LoopTuningReplayEnv(gym.Env):
     | surrogate      | None     | a ``Surrogate`` or path (default: the dataset's)     |
     """
 
-    metadata = {"render_modes": ["ansi"], "render_fps": 4}
+    metadata = {"render_modes": RENDER_MODES, "render_fps": 4}
 
     def __init__(self, workload: str | None = None, *, layout: Mapping[str, int] | None = None,
                  batch: int = 128, episode_length: int = 128, dataset: str | None = None,
@@ -74,8 +74,7 @@ class LoopTuningReplayEnv(gym.Env):
                  reward_source: str = "dataset", **unused: Any):
         if min(batch, episode_length) < 1:
             raise ValueError("batch and episode_length must be >= 1")
-        if render_mode not in (None, "ansi"):
-            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        check_render_mode(render_mode)
         self.source = ReplaySource(self, workload, dataset, surrogate, reward_source, unused,
                                    one="LoopTuning-v0")
         self.workload, _ = self.source.get(self.source.names[0])
@@ -129,8 +128,7 @@ class LoopTuningReplayEnv(gym.Env):
     def render(self) -> str | None:
         if self.render_mode != "ansi":
             return None
-        last = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                         for k, v in self._last.items())
+        last = info_line(self._last)
         return f"step {self._t}/{self.episode_length}: {last}\n"
 
     def _latency(self, point: Point) -> tuple[float, bool]:
