@@ -20,7 +20,6 @@ from __future__ import annotations
 import csv
 import math
 import multiprocessing
-import os
 import re
 import time
 import zlib
@@ -100,10 +99,9 @@ def run_offline(data: Dataset, tuners: Sequence[str], seeds: int, budgets: Seque
     if jobs <= 1:
         rows = [_cell_row(data, surrogate, suite, *cell, output, progress) for cell in cells]
     else:
-        threads = max(1, (os.cpu_count() or 1) // jobs)
         with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
                                  initializer=_start_worker,
-                                 initargs=(str(data.path), surrogate, threads)) as pool:
+                                 initargs=(str(data.path), surrogate)) as pool:
             futures = [pool.submit(_worker_cell, suite, *cell, output) for cell in cells]
             rows = [f.result() for f in tqdm(futures, desc="offline cells", unit="cell",
                                              disable=not progress)]
@@ -136,10 +134,9 @@ _WORKER: dict[str, Any] = {}
 """A worker process's dataset and surrogate (:func:`_start_worker`)."""
 
 
-def _start_worker(path: str, surrogate: Surrogate, threads: int) -> None:
-    """Open the dataset once per worker; TVM's thread pool (started on first use) gets
-    the worker's share of the cores."""
-    os.environ["TVM_NUM_THREADS"] = str(threads)
+def _start_worker(path: str, surrogate: Surrogate) -> None:
+    """Open the dataset once per worker (its replay searches on one thread,
+    ``ReplayMeasurer.search_threads``)."""
     _WORKER.update(data=Dataset.open(path), surrogate=surrogate)
 
 
