@@ -32,9 +32,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
 from ..costmodel import extract_features, feature_summary
+from ..errors import UserError
 from ..files import check_tree, make_dir, write_text
 from ..lock import DirLock
 from ..measure import MeasureCandidate, MeasureConfig, Measurer, MeasureResult
@@ -102,10 +105,12 @@ class Progress:
 
 
 class ReferenceTimer:
-    """Re-times :data:`REFERENCE_SPEC` every ``every`` seconds, journaling each timing."""
+    """Re-times :data:`REFERENCE_SPEC` every ``every`` seconds, journaling each timing.
+    Its history is the dataset's ``reference.parquet`` (what a clone of a shipped dataset
+    has: the journal is not shipped) and the journal's timings since."""
 
     def __init__(self, measurer: Measurer, target: Any, journal: Path, every: float,
-                 rounds: int):
+                 rounds: int, history: Path | None = None):
         task = OpTask(REFERENCE_SPEC, target)
         factors = task.default_factors()
         space = task.space(factors)
@@ -116,8 +121,10 @@ class ReferenceTimer:
             measurer, journal, every, rounds)
         self._last = -math.inf
         journal.parent.mkdir(parents=True, exist_ok=True)
+        kept = ([] if history is None or not history.is_file() else
+                pq.read_table(history).to_pylist())
         self.timings: list[tuple[float, float]] = sorted(
-            (row["timestamp"], row["latency"]) for row in self._rows())
+            {(float(row["timestamp"]), float(row["latency"])) for row in [*kept, *self._rows()]})
 
     def maybe(self) -> None:
         """Time the reference if ``every`` seconds passed since the last timing."""
@@ -152,9 +159,7 @@ class ReferenceTimer:
                 continue
         return rows
 
-    def table(self) -> Any:
-        import pyarrow as pa
-
+    def table(self) -> pa.Table:
         return pa.Table.from_pylist(
             [{"timestamp": t, "latency": lat} for t, lat in self.timings],
             schema=REFERENCE_SCHEMA)
@@ -393,9 +398,10 @@ def collect(out: str | Path, workloads: Sequence[tuple[str, str | Workload]], pl
     if out.exists() or out.is_symlink():
         check_tree(out)  # a dataset from elsewhere: nothing written through a link
     parsed = [(name, parse_workload(spec)) for name, spec in workloads]
+    target = make_target(target)
+    refuse_another_target(out, target)
     make_dir(out)
     write_text(out / ".gitignore", "journal/\n.lock\n")
-    target = make_target(target)
     done = Progress()
     with DirLock(out / ".lock", f"dataset {out}"):
         own = measurer is None
@@ -404,7 +410,8 @@ def collect(out: str | Path, workloads: Sequence[tuple[str, str | Workload]], pl
             meta = _card(out, [(n, str(w)) for n, w in parsed], plan, target,
                          measurer.timed_on, card)
             reference = ReferenceTimer(measurer, target, out / "journal" / "reference.jsonl",
-                                       plan.reference_every, plan.rounds)
+                                       plan.reference_every, plan.rounds,
+                                       history=out / "reference.parquet")
             meta["reference_decisions"] = reference.decisions
             todo = [(i, n, w) for i, (n, w) in enumerate(parsed)
                     if not (out / PROGRAMS / f"{n}.parquet").is_file()]
@@ -442,6 +449,21 @@ def collect(out: str | Path, workloads: Sequence[tuple[str, str | Workload]], pl
             if own:
                 measurer.close()
     return done
+
+
+def refuse_another_target(out: Path, target: Any) -> None:
+    """A dataset holds one kind of hardware's timings: refuse to add to one whose programs
+    were timed on another target (e.g. a clone resumed on another machine, whose card
+    would otherwise take this host's target and roofline)."""
+    path = out / CARD
+    if not path.is_file() or not any((out / PROGRAMS).glob("*.parquet")):
+        return
+    theirs, ours = json.loads(path.read_text()).get("target"), target_string(target)
+    if theirs is not None and theirs != ours:
+        raise UserError(f"dataset {out}: its programs were timed on target {theirs}, this "
+                        f"collection's target is {ours}; one dataset holds one kind of "
+                        "hardware's timings: collect on that kind of host, or into another "
+                        "directory (output:)")
 
 
 def _card(out: Path, workloads: Sequence[tuple[str, str]], plan: Plan, target: Any,
