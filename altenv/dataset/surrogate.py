@@ -16,8 +16,10 @@ The model is saved as XGBoost's JSON (``surrogate.json``): loading it runs no co
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +42,8 @@ PARAMS = {"max_depth": 10, "eta": 0.1, "subsample": 0.9, "colsample_bytree": 0.5
 """Deeper trees on half the columns each: held-out Spearman 0.802 mean over three splits of
 17 workloads, against 0.781 with depth 8 on 80 % of the columns."""
 ROUNDS = 400
-FILE = "surrogate.json"
+FILE = "surrogate.ubj.gz"
+"""XGBoost's own model format (UBJSON, data only), gzipped: a quarter of its JSON's size."""
 
 
 def layout_vector(factors: dict[str, int], extents: dict[str, int]) -> np.ndarray:
@@ -198,12 +201,16 @@ class Surrogate:
         return min(self._fast.predict_one(x), 0.0)
 
     def save(self, path: str | Path) -> None:
-        self.booster.save_model(str(path))
+        """Write the model as gzipped UBJSON (:data:`FILE`), atomically."""
+        path = Path(path)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(gzip.compress(bytes(self.booster.save_raw("ubj")), mtime=0))
+        os.replace(tmp, path)
 
     @classmethod
     def load(cls, path: str | Path) -> Surrogate:
         booster = xgb.Booster()
-        booster.load_model(str(path))
+        booster.load_model(bytearray(gzip.decompress(Path(path).read_bytes())))
         booster.set_param({"nthread": 1})
         return cls(booster)
 
