@@ -231,12 +231,20 @@ class MindMappingsOptions(AgentOptions):
     best_starts: float = 0.25  # fraction of the chains started at the best measured candidates
 
 
+class DatasetBestOptions(AgentOptions):
+    """Options of the ``dataset_best`` agent (:class:`agents.dataset_best.DatasetBestAgent`)."""
+
+    dataset: str = "cpu-v0"  # a dataset's name (ALTENV_DATASETS, the shipped ones) or path
+    top: AtLeastOne = 8  # the dataset's fastest programs of the workload measured, in order
+
+
 BUILTIN: dict[str, tuple[str, type[AgentOptions]]] = {
     "random": ("agents.random:RandomAgent", RandomOptions),
     "ppo": ("agents.ppo:PPOAgent", PPOOptions),
     "evolution": ("agents.evolution:EvolutionAgent", EvolutionOptions),
     "heron_cga": ("agents.heron_cga:HeronCGAAgent", HeronCGAOptions),
     "mind_mappings": ("agents.mind_mappings:MindMappingsAgent", MindMappingsOptions),
+    "dataset_best": ("agents.dataset_best:DatasetBestAgent", DatasetBestOptions),
 }
 """The built-in agents: ``"module:Class"`` (imported on first use: PPO pulls in
 stable-baselines3) and its options."""

@@ -425,6 +425,49 @@ def test_a_workload_the_host_drifted_under_is_collected_again(tmp_path, monkeypa
     assert len(Dataset.open(tmp_path / "ds").load("gmm-000")) == 3
 
 
+@pytest.mark.slow
+@DATASET
+def test_a_clone_without_the_journal_keeps_the_reference_history(tmp_path):
+    """The journal is not shipped: a collection resumed from a clone adds its reference
+    timings to those of ``reference.parquet`` instead of replacing them."""
+    import shutil
+
+    plan = Plan(layouts=1, samples=2, searched=0, rounds=2, reference_every=1e9,
+                quiet_host=False)
+    measurer = CountingMeasurer()
+    try:
+        collect(tmp_path / "ds", WORKLOADS[:1], plan, TIMING, measurer=measurer,
+                progress=False)
+        (first,) = Dataset.open(tmp_path / "ds").reference().to_pylist()
+        shutil.rmtree(tmp_path / "ds" / "journal")
+        collect(tmp_path / "ds", WORKLOADS, plan, TIMING, measurer=measurer, progress=False)
+    finally:
+        measurer.close()
+    history = Dataset.open(tmp_path / "ds").reference().to_pylist()
+    assert len(history) == 2 and history[0] == first
+
+
+@pytest.mark.slow
+@DATASET
+def test_a_dataset_timed_on_another_target_is_not_added_to(collected, tmp_path):
+    """A clone of a dataset resumed on another kind of CPU is refused (one line), and
+    nothing of it changes."""
+    import shutil
+
+    from altenv.errors import UserError
+
+    clone = tmp_path / "clone"
+    shutil.copytree(collected.path, clone, ignore=shutil.ignore_patterns("journal", ".lock"))
+    card = json.loads((clone / "card.json").read_text())
+    card["target"] = '{"kind":"llvm","mcpu":"znver3","num-cores":2}'
+    (clone / "card.json").write_text(json.dumps(card))
+    before = sorted(p.name for p in clone.rglob("*"))
+    with pytest.raises(UserError, match="timed on target .*znver3.*one kind of hardware"):
+        collect(clone, [*WORKLOADS, ("gmm-001", "gmm:M=8,N=16,K=32")], PLAN, TIMING,
+                measurer=StandInMeasurer(None), progress=False)
+    assert sorted(p.name for p in clone.rglob("*")) == before
+
+
 class StandInMeasurer:
     """Builds nothing: every candidate 1 ms a round, "timed" where ``timed_on`` says."""
 
@@ -555,7 +598,7 @@ def test_the_shipped_dataset_loads_lazily_and_replays():
     data = Dataset.open(dataset_dir(DEFAULT_DATASET))
     names = data.workloads()
     assert names and data.card["counts"]["workloads"] == len(names)
-    assert (data.path / "surrogate.json").is_file()  # shipped with it: no fit at env start
+    assert (data.path / "surrogate.ubj.gz").is_file()  # shipped with it: no fit at env start
     first = data.load(names[0])
     assert len(first) >= 200 and all(len(t) >= 5 for t in first.latencies if len(t))
     assert first.layouts[first.framework_layout()]["framework"]
@@ -567,3 +610,40 @@ def test_the_shipped_dataset_loads_lazily_and_replays():
     for _ in range(12):
         obs, reward, terminated, truncated, info = env.step(env.action_space.sample())
         assert env.observation_space.contains(obs) and 0.0 <= reward <= 4.0
+
+
+@pytest.mark.slow
+@DATASET
+def test_dataset_best_measures_the_datas_fastest_programs_in_order(collected, tmp_path,
+                                                                     monkeypatch, capsys):
+    """`bench ops` with the dataset's best as a tuner: it measures the dataset's fastest
+    programs of the workload, fastest first, and the bench re-times its pick beside
+    another tuner's."""
+    from altenv.cli import main
+
+    monkeypatch.setenv("ALTENV_DATASETS", str(collected.path.parent))
+    out = tmp_path / "bench"
+    assert main(["bench", "ops", "--workload", "altenv://tiny/gmm-000", "--tuners",
+                 "data,random", "--agent", "data=dataset_best{dataset: tiny, top: 3}",
+                 "--versus", "data", "--budget", "6", "--output", str(out), "--quiet"]) == 0
+    assert "data" in capsys.readouterr().out
+    (records,) = out.glob("*/data-seed0/records.jsonl")
+    measured = [(freeze(r.layouts["factors"]), tuple(r.decisions))
+                for r in RecordDB(records).records()]
+    w = collected.load("gmm-000")
+    fastest = np.argsort(w.latency)[:3]
+    assert measured == [(freeze(w.layouts[int(w.layout[i])]["factors"]), w.decisions[i])
+                        for i in fastest]
+
+
+@pytest.mark.slow
+@DATASET
+def test_dataset_best_refuses_a_workload_the_dataset_lacks(collected, tmp_path):
+    import agents
+    from altenv.tuning import OpTask, TuningSession
+
+    agent = agents.create("dataset_best", dataset=str(collected.path))
+    with RecordDB(tmp_path / "records.jsonl") as db:
+        session = TuningSession(OpTask("gmm:M=8,N=8,K=8"), None, db)
+        with pytest.raises(ValueError, match="gmm:M=8,N=8,K=8 is not in dataset tiny"):
+            agent.setup(session)

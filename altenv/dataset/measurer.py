@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 
 from ..measure import MeasureCandidate, MeasureConfig, MeasureResult
-from ..ops import parse_workload
 from ..target import make_target
 from .replay import WorkloadReplay
 from .store import Dataset
@@ -49,15 +48,13 @@ class ReplayMeasurer:
         self.target = make_target(json_target(dataset.card.get("target")))
         self.surrogate = surrogate or load_or_fit(dataset)
         self.rng = np.random.default_rng(seed)
-        self._names = {str(parse_workload(w["spec"])): w["name"]
-                       for w in dataset.card.get("workloads", [])}
         self._replays: dict[str, WorkloadReplay] = {}
         self.replayed = self.predicted = 0
 
     def workload(self, key: str) -> WorkloadReplay:
         """The replay of the workload whose records key (spec) is ``key``."""
-        name = self._names.get(key)
-        if name is None or name not in self.dataset.workloads():
+        name = self.dataset.name_of(key)
+        if name is None:
             raise ValueError(f"workload {key}: not in dataset {self.dataset.name}")
         if name not in self._replays:
             self._replays[name] = WorkloadReplay(self.dataset.load(name), self.surrogate)

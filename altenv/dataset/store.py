@@ -52,6 +52,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..ops.workload import parse_workload
+
 PROGRAM_SCHEMA = pa.schema([
     ("layout", pa.int32()),
     ("origin", pa.string()),
@@ -194,6 +196,17 @@ class Dataset:
             if w["name"] == name:
                 return str(w["spec"])
         raise KeyError(name)
+
+    def name_of(self, key: str) -> str | None:
+        """The collected workload whose spec is ``key`` (a records key: specs are compared
+        parsed, so their spelling does not matter; a key with an epilogue matches none,
+        since a dataset times operators alone), ``None`` if there is none."""
+        name = self._names.get(key)
+        return name if name in self.workloads() else None
+
+    @cached_property
+    def _names(self) -> dict[str, str]:
+        return {str(parse_workload(w["spec"])): w["name"] for w in self.card.get("workloads", [])}
 
     def meta(self, name: str) -> dict[str, Any]:
         """A workload's description, read from its file's footer only."""
