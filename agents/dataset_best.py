@@ -34,7 +34,8 @@ log = logging.getLogger(__name__)
 
 @register("dataset_best")
 class DatasetBestAgent(Agent):
-    """The dataset's best programs as a tuner; options: :class:`~agents.options.DatasetBestOptions`."""
+    """The dataset's best programs as a tuner; options:
+    :class:`~agents.options.DatasetBestOptions`."""
 
     Options = DatasetBestOptions
 
