@@ -31,8 +31,8 @@ def write(tmp_path: Path, text: str) -> Path:
     ("name: x\nworkload: gmm:M=8,N=8,K=8\nbudget: {joint: -1}\n",
      "budget.joint: Input should be greater than or equal to 0"),
     ("name: x\nworkload: gmm:M=8,N=8,K=8\nagent: ppo2\n",
-     "agent.name: unknown agent 'ppo2'; allowed: evolution, heron_cga, mind_mappings, ppo, "
-     "random"),
+     "agent.name: unknown agent 'ppo2'; allowed: dataset_best, evolution, heron_cga, "
+     "mind_mappings, ppo, random"),
     ("name: x\nworkload: gmm:M=8,N=8,K=8\nagent: {name: random, options: {steps: 3}}\n",
      "agent.options: random takes no option 'steps'; allowed: seed"),
     ("name: x\nworkload: gmm:M=8,N=8,K=8\nbugdet: 3\n",

@@ -100,8 +100,8 @@ def test_random_tuning_resumes_without_remeasuring(measurer, tmp_path):
 
 
 def test_agent_registry_errors():
-    with pytest.raises(ValueError, match="unknown agent 'nope'; allowed: evolution, heron_cga, "
-                       "mind_mappings, ppo, random"):
+    with pytest.raises(ValueError, match="unknown agent 'nope'; allowed: dataset_best, evolution, "
+                       "heron_cga, mind_mappings, ppo, random"):
         agents.create("nope")
     with pytest.raises(ValueError, match="cannot import"):
         agents.create("no_such_module:Agent")
