@@ -211,7 +211,9 @@ def test_loop_and_layout_replays(collected, monkeypatch):
 def test_surrogate_holds_out_and_replay_predicts_off_data(collected):
     scores, model = evaluate(collected, holdout=0.3, seed=0, rounds=30)
     assert {s.workload for s in scores} <= {"gmm-000", "dep-000"}
-    assert all(-1 <= s.spearman <= 1 and 0 <= s.recall <= 1 for s in scores)
+    # nan where a few trees predict every held-out program of the tiny data alike
+    assert all((math.isnan(s.spearman) or -1 <= s.spearman <= 1) and 0 <= s.recall <= 1
+               for s in scores)
     replay = WorkloadReplay(collected.load("gmm-000"), model)
     layout = replay.layouts[0]
     point = replay.data.decisions[int(layout.rows[0])]
