@@ -201,8 +201,8 @@ class Dataset:
         """The collected workload whose spec is ``key`` (a records key: specs are compared
         parsed, so their spelling does not matter; a key with an epilogue matches none,
         since a dataset times operators alone), ``None`` if there is none."""
-        name = self._names.get(key)
-        return name if name in self.workloads() else None
+        name = self._names.get(key)  # one file looked at, not every workload's: a replay
+        return name if name and (self.path / PROGRAMS / f"{name}.parquet").is_file() else None
 
     @cached_property
     def _names(self) -> dict[str, str]:
