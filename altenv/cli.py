@@ -97,19 +97,28 @@ def _dataset_info(args: argparse.Namespace) -> int:
 
 
 def _dataset_surrogate(args: argparse.Namespace) -> int:
+    import numpy as np
+
     from .config import ConfigError
     from .datapath import dataset_dir
     from .dataset import Dataset
     from .dataset.surrogate import (
+        CALIBRATION,
         FILE,
+        Calibration,
         card_entry,
         evaluate,
         format_accuracy,
+        out_of_fold,
+        write_calibration,
         write_card_entry,
     )
 
     if not 0 < args.holdout < 1:
         raise ConfigError(f"--holdout: a fraction in (0, 1), got {args.holdout}")
+    if args.calibrate is not None and not 0 <= args.calibrate <= 2:
+        raise ConfigError(f"--calibrate: a share of the residual spread in [0, 2], got "
+                          f"{args.calibrate}")
     try:
         data = Dataset.open(dataset_dir(args.dataset))
     except ValueError as err:
@@ -125,6 +134,13 @@ def _dataset_surrogate(args: argparse.Namespace) -> int:
         write_card_entry(data, card_entry(scores, args.holdout, args.seed))
         print(f"saved {data.path / FILE} (fitted on every program) and "
               f"{data.path / 'surrogate-accuracy.json'}")
+        (data.path / CALIBRATION).unlink(missing_ok=True)  # another fit's, if any
+        if args.calibrate is not None:
+            calibration = Calibration.fit(out_of_fold(data, seed=args.seed), args.calibrate)
+            write_calibration(data, calibration)
+            print(f"saved {data.path / CALIBRATION}: replays map predictions through 5-fold "
+                  f"out-of-fold quantiles, with {args.calibrate} of a median residual spread "
+                  f"of {np.median(list(calibration.residual.values())):.2f} (log2) as noise")
     return 0
 
 
@@ -285,6 +301,52 @@ def _bench_offline(args: argparse.Namespace) -> int:
     print(format_summary(summary), end="")
     print(f"results: {output / 'results.csv'}, summary: {output / 'summary.json'}, plot: "
           f"{output / 'regret.png'}")
+    return 0
+
+
+def _bench_agree(args: argparse.Namespace) -> int:
+    from .bench.agree import (
+        agreement,
+        format_agreement,
+        hardware_ratios,
+        hardware_timings,
+        offline_ratios,
+        plot_agreement,
+        surrogate_on_trials,
+        write_agreement,
+    )
+    from .config import ConfigError
+    from .datapath import dataset_dir
+    from .dataset import Dataset
+
+    offline_csv, hardware = Path(args.offline), Path(args.hardware)
+    if offline_csv.is_dir():
+        offline_csv = offline_csv / "results.csv"
+    if not offline_csv.is_file():
+        raise ConfigError(f"bench agree: --offline {args.offline}: no results.csv of a "
+                          "`bench offline` run there")
+    try:
+        data = Dataset.open(dataset_dir(args.dataset))
+    except ValueError as err:
+        raise ConfigError(f"bench agree: {' '.join(str(err).split())}") from None
+    timings = hardware_timings(data, hardware)
+    if not timings:
+        raise ConfigError(f"bench agree: --hardware {args.hardware}: no re-timed workload of "
+                          f"dataset {data.name} there (a `bench ops` directory)")
+    result = agreement(offline_ratios(offline_csv, args.budget),
+                       hardware_ratios(timings, args.versus), args.relative_to)
+    if not result["cells"]:
+        raise ConfigError(f"bench agree: no (workload, tuner) in both runs at --budget "
+                          f"{args.budget} with --versus {args.versus} on hardware")
+    trials = surrogate_on_trials(data, timings, args.versus)
+    output = Path(args.output or hardware)
+    write_agreement(result, trials, output)
+    plot_agreement(result, output / "agree.png",
+                   f"{data.name}: {len(result['workloads'])} workloads, "
+                   f"{args.budget} trials")
+    print(format_agreement(result, trials), end="")
+    print(f"cells: {output / 'agree.csv'}, trials: {output / 'agree-trials.csv'}, plot: "
+          f"{output / 'agree.png'}")
     return 0
 
 
@@ -477,6 +539,11 @@ def build_parser() -> argparse.ArgumentParser:
                       help="fraction of each workload's programs held out (default 0.2)")
     dsur.add_argument("--seed", type=_natural, default=0)
     dsur.add_argument("--no-save", action="store_true", help="evaluate only")
+    dsur.add_argument("--calibrate", type=float, metavar="NOISE",
+                      help="also save a calibration for replays (docs/datasets.md): "
+                           "out-of-fold quantile mapping plus NOISE (a share, e.g. 0 or 0.5) "
+                           "of the residual spread as noise; without it replays are "
+                           "uncalibrated")
     dsur.set_defaults(func=_dataset_surrogate)
     dinfo = dkinds.add_parser("info", help="a dataset's card and counts per workload")
     dinfo.add_argument("dataset", help="a dataset directory or the name of a shipped one")
@@ -566,6 +633,25 @@ def build_parser() -> argparse.ArgumentParser:
                          help="cells tuned at once, each in a process of its own (default 1)")
     offline.add_argument("--quiet", action="store_true", help="no progress bars")
     offline.set_defaults(func=_bench_offline)
+    agree = kinds.add_parser("agree", help="does the offline bench predict the hardware: "
+                                           "a bench offline run against a bench ops run")
+    agree.add_argument("--offline", required=True,
+                       help="a `bench offline` directory or its results.csv")
+    agree.add_argument("--hardware", required=True,
+                       help="a `bench ops` directory of the same agents on the dataset's "
+                            "workloads, with a dataset_best tuner")
+    agree.add_argument("--dataset", default="cpu-v0",
+                       help="dataset name or directory (default: the shipped cpu-v0)")
+    agree.add_argument("--budget", type=_positive, default=200,
+                       help="the offline budget compared (default 200)")
+    agree.add_argument("--versus", default="data",
+                       help="the hardware run's dataset_best tuner label (default data)")
+    agree.add_argument("--relative-to", default="random",
+                       help="also compare every agent's ratios over this agent's "
+                            "(default random)")
+    agree.add_argument("--output", help="where agree.csv and agree.png go (default: "
+                                        "the --hardware directory)")
+    agree.set_defaults(func=_bench_agree)
     peak = kinds.add_parser("peak", help="this host's fp32 FMA peak and memory bandwidth "
                                          "(the roofline of bench ops tables), cached per host")
     peak.add_argument("--target", help="TVM target (default: this host)")

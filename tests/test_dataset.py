@@ -19,11 +19,14 @@ import envs
 from altenv.dataset import Dataset
 from altenv.dataset.collect import Plan, collect
 from altenv.dataset.layouts import layout_plan
-from altenv.dataset.replay import WorkloadReplay
+from altenv.dataset.replay import WorkloadReplay, program_key
 from altenv.dataset.surrogate import (
+    Calibration,
     Surrogate,
     TreeEnsemble,
     evaluate,
+    layout_vector,
+    point_features,
     spearman,
     top_recall,
     workload_rows,
@@ -222,6 +225,55 @@ def test_surrogate_holds_out_and_replay_predicts_off_data(collected):
     latency, replayed = replay.latency(layout, moved, np.random.default_rng(0))
     assert not replayed and latency >= replay.best * (1 - 1e-6)
     assert replay.features(layout, moved).shape == (400,)
+
+
+def test_calibration_restores_the_measured_spread_and_keeps_a_programs_value():
+    """Predictions shrunk towards the middle are mapped back onto the measured quantiles
+    (ranking kept); the noise is drawn once per program; the JSON round-trips."""
+    rng = np.random.default_rng(0)
+    measured = -rng.gamma(2.0, 0.8, 500)
+    shrunk = 0.3 * measured - 1.0 + rng.normal(0, 0.05, 500)
+    plain = Calibration.fit({"w": (shrunk, measured)}, noise=0.0)
+    mapped = np.array([plain.value("w", p, i) for i, p in enumerate(shrunk)])
+    assert np.all(np.diff(mapped[np.argsort(shrunk)]) >= -1e-9)
+    assert mapped.max() > measured.max() - 0.1 and shrunk.max() < measured.max() - 0.5
+    assert plain.value("unknown", -1.5, 0) == -1.5
+    noisy = Calibration.fit({"w": (shrunk, measured)}, noise=0.5)
+    values = [noisy.value("w", -1.2, ("layout", (1, 2, k))) for k in range(20)]
+    assert values[3] == noisy.value("w", -1.2, ("layout", (1, 2, 3)))
+    assert len(set(values)) == 20 and max(values) <= 0.0
+    again = Calibration.from_json(json.loads(json.dumps(noisy.to_json())))
+    assert again.value("w", -1.2, "p") == pytest.approx(noisy.value("w", -1.2, "p"), abs=1e-4)
+
+
+@pytest.mark.slow
+@DATASET
+def test_the_surrogate_command_saves_a_calibration_replays_use(collected, tmp_path, capsys):
+    import shutil
+
+    from altenv.cli import main
+
+    data_dir = tmp_path / "tiny"
+    shutil.copytree(collected.path, data_dir)
+    assert main(["dataset", "surrogate", str(data_dir), "--holdout", "0.3",
+                 "--calibrate", "0.5"]) == 0
+    assert "surrogate-calibration.json" in capsys.readouterr().out
+    data = Dataset.open(data_dir)
+    model = Surrogate.load(data_dir / "surrogate.ubj.gz")
+    assert set(model.calibration.predicted) == {"gmm-000", "dep-000"}
+    replay = WorkloadReplay(data.load("gmm-000"), model)
+    layout = replay.layouts[1]
+    x = point_features(replay.workload_features, layout_vector(layout.factors, replay.extents),
+                       layout.encodings[0], replay.data.decisions[int(layout.rows[0])],
+                       layout.description)
+    assert replay.predict(layout.factors, layout.encodings[0],
+                          replay.data.decisions[int(layout.rows[0])], layout.description
+                          ) == pytest.approx(replay.best / 2.0 ** model.value(
+                              "gmm-000", x, program_key(layout.factors, replay.data.decisions[
+                                  int(layout.rows[0])])))
+    # refitted without --calibrate: the calibration of the earlier fit is gone
+    assert main(["dataset", "surrogate", str(data_dir), "--holdout", "0.3"]) == 0
+    assert Surrogate.load(data_dir / "surrogate.ubj.gz").calibration is None
 
 
 def test_tree_ensemble_equals_xgboost():
@@ -620,7 +672,7 @@ def test_dataset_best_measures_the_datas_fastest_programs_in_order(collected, tm
                                                                      monkeypatch, capsys):
     """`bench ops` with the dataset's best as a tuner: it measures the dataset's fastest
     programs of the workload, fastest first, and the bench re-times its pick beside
-    another tuner's."""
+    another tuner's; `bench agree` then sets that run beside the same tuner offline."""
     from altenv.cli import main
 
     monkeypatch.setenv("ALTENV_DATASETS", str(collected.path.parent))
@@ -636,6 +688,30 @@ def test_dataset_best_measures_the_datas_fastest_programs_in_order(collected, tm
     fastest = np.argsort(w.latency)[:3]
     assert measured == [(freeze(w.layouts[int(w.layout[i])]["factors"]), w.decisions[i])
                         for i in fastest]
+
+    # the same tuner offline, and the two runs compared: every ratio is the run's own
+    offline = tmp_path / "offline"
+    assert main(["bench", "offline", "--dataset", str(collected.path), "--tuners", "random",
+                 "--seeds", "1", "--budgets", "6", "--filter", "gmm", "--output",
+                 str(offline), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["bench", "agree", "--dataset", "tiny", "--offline", str(offline),
+                 "--hardware", str(out), "--budget", "6"]) == 0
+    assert "Kendall tau" in capsys.readouterr().out
+    (cell,) = csv.DictReader((out / "agree.csv").open())
+    (hw,) = [r for r in csv.DictReader((out / "results.csv").open()) if r["tuner"] == "random"]
+    (off,) = csv.DictReader((offline / "results.csv").open())
+    assert (cell["workload"], cell["tuner"]) == ("gmm-000", "random")
+    assert float(cell["hardware"]) == pytest.approx(1 / float(hw["speedup_vs_data"]), 1e-4)
+    assert float(cell["offline"]) == pytest.approx(1 + float(off["regret"]))
+    (trials,) = csv.DictReader((out / "agree-trials.csv").open())
+    (random_records,) = out.glob("*/random-seed0/records.jsonl")
+    assert int(trials["predicted"]) + int(trials["in_dataset"]) <= RecordDB(
+        random_records).count()
+    assert (out / "agree.png").is_file()
+    assert main(["bench", "agree", "--dataset", "tiny", "--offline", str(tmp_path / "none"),
+                 "--hardware", str(out)]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..measure import MeasureCandidate, MeasureConfig, MeasureResult
+from ..measure import MeasureCandidate, MeasureConfig, MeasureResult, ProgramPoint
 from ..target import make_target
 from .replay import WorkloadReplay
 from .store import Dataset
@@ -63,10 +63,13 @@ class ReplayMeasurer:
     def latency(self, candidate: MeasureCandidate) -> tuple[float, str | None, bool]:
         """One drawn latency (s), the dataset's error if the program failed there, and
         whether it was replayed (else predicted)."""
-        point = candidate.point
-        if point is None:
+        if candidate.point is None:
             raise ValueError("a replayed measurement needs the candidate's ProgramPoint "
                              "(TuningSession's candidates carry it)")
+        return self.answer(candidate.point)
+
+    def answer(self, point: ProgramPoint) -> tuple[float, str | None, bool]:
+        """:meth:`latency` of the program at ``point``."""
         replay = self.workload(point.workload)
         factors = dict(point.factors)
         layout = replay.layout_of(factors)

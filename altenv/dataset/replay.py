@@ -35,6 +35,12 @@ def rebuild_subspace(entry: dict[str, Any]) -> subspaces.Subspace:
     return cls(**values)
 
 
+def program_key(factors: dict[str, int], decisions: Sequence[int]) -> tuple[Any, ...]:
+    """A program's identity as plain ints (what seeds its calibration noise)."""
+    return (tuple(sorted((k, int(v)) for k, v in factors.items())),
+            tuple(int(d) for d in decisions))
+
+
 class LayoutReplay:
     """One layout of a workload: its loop space's subspaces and its measured programs."""
 
@@ -134,7 +140,7 @@ class WorkloadReplay:
                 ) -> tuple[float, bool]:
         """Seconds for ``point`` of ``layout`` and whether they were replayed: one of its
         measured timings drawn at random (``inf`` if it failed), else the surrogate's
-        prediction."""
+        calibrated prediction."""
         row = layout.points.get(point)
         if row is not None:
             timings = self.data.latencies[row]
@@ -146,7 +152,8 @@ class WorkloadReplay:
         if predicted is None:
             x = point_features(self.workload_features, self._layout_vectors[layout.index],
                                layout.encode(point), point, layout.description)
-            predicted = self._predicted[key] = self.best / 2.0 ** self.surrogate.predict_one(x)
+            value = self.surrogate.value(self.name, x, program_key(layout.factors, point))
+            predicted = self._predicted[key] = self.best / 2.0 ** value
         return predicted, False
 
     def layout_of(self, factors: dict[str, int]) -> LayoutReplay | None:
@@ -157,11 +164,12 @@ class WorkloadReplay:
     def predict(self, factors: dict[str, int], encoding: Sequence[float],
                 decisions: Sequence[int], subspaces: Sequence[dict[str, Any]] | None
                 ) -> float:
-        """The surrogate's latency (s) of a point of any layout, in the dataset or not
-        (``subspaces``: its loop space's ``describe()``)."""
+        """The surrogate's calibrated latency (s) of a point of any layout, in the dataset
+        or not (``subspaces``: its loop space's ``describe()``)."""
         x = point_features(self.workload_features, layout_vector(factors, self.extents),
                            np.asarray(encoding, dtype=np.float32), decisions, subspaces)
-        return self.best / 2.0 ** self.surrogate.predict_one(x)
+        return self.best / 2.0 ** self.surrogate.value(self.name, x,
+                                                       program_key(factors, decisions))
 
     def features(self, layout: LayoutReplay, point: Point) -> np.ndarray:
         """The program features of ``point`` if measured, else those of the measured

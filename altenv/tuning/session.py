@@ -66,6 +66,17 @@ class Deadline:
         return max(0, math.floor(left / ((now - self.start) / done)))
 
 
+def program_point(task: OpTask, candidate: Candidate) -> ProgramPoint:
+    """What a candidate is, for a measurer that answers from a dataset: its layout, its
+    canonical loop point as decisions and as the space's encoding, and the space."""
+    space = task.space(candidate.factors)
+    point = space.canonical(candidate.point)
+    return ProgramPoint(task.key, candidate.factors,
+                        tuple(int(v) for v in space.to_vector(point)),
+                        tuple(float(v) for v in space.encode(point)),
+                        tuple(space.describe()))
+
+
 class TuningSession:
     """Measurement, records and cost model of one :class:`OpTask`.
 
@@ -214,13 +225,7 @@ class TuningSession:
             self.cost_model.update(self.task.key, feats, [lat for _, lat in ok])
 
     def _point(self, candidate: Candidate) -> ProgramPoint:
-        """What a candidate is, for a measurer that answers from a dataset."""
-        space = self.task.space(candidate.factors)
-        point = space.canonical(candidate.point)
-        return ProgramPoint(self.task.key, candidate.factors,
-                            tuple(int(v) for v in space.to_vector(point)),
-                            tuple(float(v) for v in space.encode(point)),
-                            tuple(space.describe()))
+        return program_point(self.task, candidate)
 
     def _key(self, candidate: Candidate, schedule: Schedule) -> str:
         space = self.task.space(candidate.factors)
