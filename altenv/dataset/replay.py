@@ -140,7 +140,7 @@ class WorkloadReplay:
                 ) -> tuple[float, bool]:
         """Seconds for ``point`` of ``layout`` and whether they were replayed: one of its
         measured timings drawn at random (``inf`` if it failed), else the surrogate's
-        calibrated prediction."""
+        prediction (calibrated where the surrogate has a calibration)."""
         row = layout.points.get(point)
         if row is not None:
             timings = self.data.latencies[row]
@@ -164,8 +164,8 @@ class WorkloadReplay:
     def predict(self, factors: dict[str, int], encoding: Sequence[float],
                 decisions: Sequence[int], subspaces: Sequence[dict[str, Any]] | None
                 ) -> float:
-        """The surrogate's calibrated latency (s) of a point of any layout, in the dataset
-        or not (``subspaces``: its loop space's ``describe()``)."""
+        """The surrogate's latency (s) of a point of any layout, in the dataset or not
+        (``subspaces``: its loop space's ``describe()``; calibrated where it has one)."""
         x = point_features(self.workload_features, layout_vector(factors, self.extents),
                            np.asarray(encoding, dtype=np.float32), decisions, subspaces)
         return self.best / 2.0 ** self.surrogate.value(self.name, x,
