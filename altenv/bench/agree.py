@@ -96,7 +96,8 @@ def surrogate_on_trials(data: Dataset, timings: dict[str, dict[str, Any]], refer
     """Per hardware cell: the surrogate's predictions of the programs it measured that the
     dataset does not hold, against their measured medians (module docstring)."""
     measurer = ReplayMeasurer(data)
-    raw = ReplayMeasurer(data, surrogate=Surrogate(measurer.surrogate.booster))
+    raw = (ReplayMeasurer(data, surrogate=Surrogate(measurer.surrogate.booster))
+           if measurer.surrogate.calibration is not None else None)
     out = []
     for timing in timings.values():
         task = OpTask(timing["spec"], measurer.target)
@@ -122,7 +123,7 @@ def surrogate_on_trials(data: Dataset, timings: dict[str, dict[str, Any]], refer
                         held += 1
                         continue
                     predicted.append(value)
-                    uncalibrated.append(raw.answer(program)[0])
+                    uncalibrated.append(value if raw is None else raw.answer(program)[0])
                     measured.append(record.median)
                     if record.median < pick[0]:
                         pick = (record.median, value)
