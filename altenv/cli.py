@@ -77,7 +77,8 @@ def _dataset_collect(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, DatasetConfig, output=args.output, seed=args.seed,
                       **{"ray.address": args.ray})
     out, done = collect_dataset(cfg, progress=not args.quiet,
-                                card={"command": f"altenv dataset collect {args.config}"})
+                                card={"command": f"altenv dataset collect {args.config}"},
+                                only=args.workload)
     print(f"dataset {out}: {done.workloads} workloads collected in this call, "
           f"{done.programs} programs ({done.failed} failed); card {out / 'card.json'}")
     return 0
@@ -528,6 +529,9 @@ def build_parser() -> argparse.ArgumentParser:
     dcollect.add_argument("--output", help="dataset directory (default: the config's output)")
     dcollect.add_argument("--seed", type=_natural)
     dcollect.add_argument("--quiet", action="store_true", help="no progress bar")
+    dcollect.add_argument("--workload", action="append", metavar="NAME",
+                          help="collect only this workload of the config (repeatable; "
+                               "default: all, in order)")
     dcollect.add_argument("--ray", metavar="ADDRESS",
                           help="measure on a Ray cluster: 'local' (one started here), 'auto' "
                                "or HOST:PORT of its head (docs/scale-out.md)")

@@ -392,13 +392,20 @@ class CollectionConfig(Strict):
     """How much of each workload a dataset measures (:class:`altenv.dataset.collect.Plan`):
     up to ``layouts`` layouts (the framework layout always among them), per layout
     ``samples`` programs of MetaSchedule's sampling and ``searched`` mutants of the fastest
-    of them, each timed ``rounds`` times interleaved; a reference kernel re-timed every
-    ``reference_every`` seconds; with ``quiet_host``, a timing on this host waits until
-    nothing else keeps it busy."""
+    of them, then (with ``search_trials``) a real search of ``search_agent``, warm-started
+    from those, whose ``bests`` fastest new programs join them; each program timed
+    ``rounds`` times interleaved; a reference kernel re-timed every ``reference_every``
+    seconds; with ``quiet_host``, a timing on this host waits until nothing else keeps it
+    busy."""
 
     layouts: int = Field(12, ge=1)
     samples: int = Field(17, ge=1)
     searched: int = Field(8, ge=0)
+    #: trials of the search after the sampling (0: none); a workload collected without one
+    #: gets it when a later collection asks for it
+    search_trials: int = Field(0, ge=0)
+    bests: int = Field(8, ge=1)
+    search_agent: AgentConfig = Field(default_factory=AgentConfig)
     rounds: int = Field(5, ge=5)
     reference_every: float = Field(180.0, gt=0)
     #: time a batch on this host only once other processes leave its cores idle (builds

@@ -522,6 +522,79 @@ def test_a_dataset_timed_on_another_target_is_not_added_to(collected, tmp_path):
     assert sorted(p.name for p in clone.rglob("*")) == before
 
 
+class KilledSearchMeasurer(CountingMeasurer):
+    """Counts single timings too (a search's trials) and raises after ``kill_at`` of them."""
+
+    def __init__(self, kill_at: int | None = None):
+        super().__init__()
+        self.trials = 0
+        self.kill_at = kill_at
+
+    def measure(self, candidates):
+        if self.kill_at is not None and self.trials >= self.kill_at:
+            raise KeyboardInterrupt("killed")
+        self.trials += len(candidates)
+        return super().measure(candidates)
+
+
+@pytest.mark.slow
+@DATASET
+def test_a_search_adds_its_bests_to_a_collected_workload_and_resumes(collected, tmp_path):
+    """A collection asking for a search gives a workload collected without one its search:
+    the old rows stay as they were and the search's fastest programs not among them join
+    them, checked and timed in rounds; killed mid-search, it resumes from the search's
+    records, seeded as before. An unknown workload name is refused."""
+    import shutil
+
+    import agents
+    from altenv.errors import UserError
+
+    clone = tmp_path / "clone"
+    shutil.copytree(collected.path, clone, ignore=shutil.ignore_patterns("journal", ".lock"))
+    before = Dataset.open(clone).load("gmm-000")
+    plan = Plan(**{**vars(PLAN), "search_trials": 16, "bests": 3, "search_agent": "evolution"})
+    seeds = []
+
+    def agent(seed):
+        seeds.append(seed)
+        return agents.create("evolution", seed=seed, ms_population=32, population=16,
+                             children=16, samples=16)
+
+    with pytest.raises(UserError, match="workload: 'nope' is not one of .*gmm-000"):
+        collect(clone, WORKLOADS, plan, TIMING, measurer=StandInMeasurer(None),
+                progress=False, agent=agent, only=["nope"])
+    killed, resumed = KilledSearchMeasurer(kill_at=8), KilledSearchMeasurer()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            collect(clone, WORKLOADS, plan, TIMING, measurer=killed, progress=False,
+                    agent=agent, only=["gmm-000"])
+        collect(clone, WORKLOADS, plan, TIMING, measurer=resumed, progress=False,
+                agent=agent, only=["gmm-000"])
+    finally:
+        killed.close()
+        resumed.close()
+    assert seeds[0] == seeds[1]  # the resumed search is the same search
+    assert seeds[0] >= 1_000_000  # never a benchmark cell's seed
+    assert killed.trials + resumed.trials == 16  # no trial measured twice
+    after = Dataset.open(clone).load("gmm-000")
+    assert after.table.slice(0, len(before)).equals(before.table)  # old rows untouched
+    new = after.table.slice(len(before)).to_pylist()
+    assert 1 <= len(new) <= 3 and {r["origin"] for r in new} == {"best"}
+    assert all(len(r["latencies"]) == PLAN.rounds and r["error"] is None for r in new)
+    # built once each: the reference, the resumed trials, the bests (timed in rounds)
+    assert resumed.built == 1 + resumed.trials + len(new)
+    assert len(after.layouts) >= len(before.layouts) and all(
+        r["layout"] < len(after.layouts) for r in new)  # a layout the search found joins
+    old = set(zip(before.layout.tolist(), before.decisions))
+    assert not old & {(r["layout"], tuple(r["decisions"])) for r in new}
+    assert after.meta["search"] == {"agent": "evolution", "trials": 16, "measured": 16,
+                                    "bests": len(new)}
+    assert "search" not in Dataset.open(clone).meta("dep-000")  # not asked for this time
+    search = RecordDB(clone / "journal" / "gmm-000.search.jsonl")
+    assert len(search.records()) == 16
+    search.close()
+
+
 class StandInMeasurer:
     """Builds nothing: every candidate 1 ms a round, "timed" where ``timed_on`` says."""
 

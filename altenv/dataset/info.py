@@ -11,8 +11,9 @@ def format_info(path: str) -> str:
     """The card's headline (host, where it was timed when not there, target, commit, counts,
     hours, the reference kernel's range) and one line per workload: its URI, spec, layouts,
     programs, failures, the spread from its slowest to its fastest program, the median
-    spread of a program's own timings, and how far the reference kernel drifted (max / min)
-    while it was measured."""
+    spread of a program's own timings, how far the reference kernel drifted (max / min)
+    while it was measured, and how much faster the bests of its search are than the best
+    of its sampled programs ("-": not searched)."""
     data = Dataset.open(path)
     card = data.card
     host = card.get("host", {})
@@ -33,7 +34,7 @@ def format_info(path: str) -> str:
                      f"{base * 1e3:.4f} ms over {len(ref)} timings, "
                      f"{ref.min() / base:.2f}x to {ref.max() / base:.2f}x of it")
     lines.append("  workload (URI)            layouts programs failed  best ms  slowest/"
-                 "fastest  timing spread  reference drift")
+                 "fastest  timing spread  reference drift  search gain")
     for name in data.workloads():
         w = data.load(name)
         ok = w.latency[np.isfinite(w.latency)]
@@ -42,7 +43,10 @@ def format_info(path: str) -> str:
                           or [np.nan])
         refs = w.table.column("reference").to_numpy()
         drift = (np.nanmax(refs) / np.nanmin(refs)) if np.isfinite(refs).any() else np.nan
+        sampled = w.latency[np.array(w.table.column("origin").to_pylist()) != "best"]
+        gain = (f"{np.min(sampled) / w.best:.2f}x" if "search" in w.meta and sampled.size
+                else "-")
         lines.append(f"  altenv://{data.name}/{name:9s} {len(w.layouts):5d} {len(w):8d} "
                      f"{len(w) - ok.size:6d} {w.best * 1e3:8.4f} {spread:>16s} "
-                     f"{noise:13.2f} {drift:15.2f}x   {w.spec}")
+                     f"{noise:13.2f} {drift:15.2f}x {gain:>12s}   {w.spec}")
     return "\n".join(lines) + "\n"

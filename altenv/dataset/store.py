@@ -14,8 +14,10 @@ column         type                  meaning
 ============== ===================== ===================================================
 layout         int32                 index into the workload's ``layouts`` metadata
 origin         string                ``sample`` (MetaSchedule's sampling of the layout's
-                                     design space) or ``search`` (a mutant of the layout's
+                                     design space), ``search`` (a mutant of the layout's
                                      fastest sampled programs: a short evolutionary step)
+                                     or ``best`` (among the fastest new programs of a real
+                                     search warm-started from the others)
 decisions      list<int32>           the loop-space point (``LoopSpace.to_vector``)
 encoding       list<float32>         ``LoopSpace.encode`` of that point, in [0, 1]
 features       list<uint8>           mean and max over stores of the program's features
@@ -34,7 +36,8 @@ Workload metadata (the Parquet schema's ``altenv`` key, JSON): ``name``, ``spec`
 ``epilogue``, ``target``, ``knobs`` (template knob names and extents), ``layouts`` (one
 entry per layout index: ``factors``, ``framework`` (the untiled layout MetaSchedule tunes),
 ``subspaces`` (the loop space's kind, size and directions per subspace)),
-``workload_features`` and ``flops``.
+``workload_features``, ``flops`` and, once searched, ``search`` (``agent``, ``trials``
+asked, ``measured``, ``bests`` kept).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from ..dataset.collect import Plan, Progress, collect
 from ..dataset.workloads import name_workloads
 from ..ops.workload import Workload
 from ..suites import suite_specs
-from .checks import check_device, load_user_model
+from .checks import check_device, load_user_model, make_agent
 from .devices import open_measurer
 from .preview import preview
 
@@ -41,23 +41,29 @@ def dataset_workloads(cfg: DatasetConfig) -> list[tuple[str, Workload]]:
 
 
 def collect_dataset(cfg: DatasetConfig, progress: bool = True,
-                    card: dict[str, Any] | None = None) -> tuple[Path, Progress]:
-    """Collect (or resume) the dataset of ``cfg``; its directory and what this call did.
-    The Ray cluster of ``ray:`` is joined before anything is written, and this host's
+                    card: dict[str, Any] | None = None,
+                    only: list[str] | None = None) -> tuple[Path, Progress]:
+    """Collect (or resume) the dataset of ``cfg`` (of its workloads, those named in
+    ``only`` where given); its directory and what this call did. The search agent is built
+    and the Ray cluster of ``ray:`` joined before anything is written, and this host's
     roofline (for the card) measured before any worker starts."""
     check_device(cfg.target)
+    c = cfg.collection
+    make_agent(c.search_agent, {"seed": 0})  # a bad agent or option: one line, nothing written
     if cfg.ray is not None:
         from ..cluster.session import connect  # Ray only for a collection that names it
 
         connect(cfg.ray)
-    c = cfg.collection
     plan = Plan(layouts=c.layouts, samples=c.samples, searched=c.searched, rounds=c.rounds,
                 reference_every=c.reference_every, seed=cfg.seed, quiet_host=c.quiet_host,
-                drift=c.drift)
+                drift=c.drift, search_trials=c.search_trials, bests=c.bests,
+                search_agent=c.search_agent.name)
     workloads = dataset_workloads(cfg)
     extra = {"config": cfg.model_dump(mode="json"), "roofline": asdict(host_peak(cfg.target)),
              **(card or {})}
     with open_measurer(cfg.ray, cfg.measure, cfg.target) as measurer:
         done = collect(cfg.output, workloads, plan, cfg.measure, cfg.target,
-                       measurer=measurer, card=extra, progress=progress)
+                       measurer=measurer, card=extra, progress=progress,
+                       agent=lambda seed: make_agent(c.search_agent, {"seed": seed}),
+                       only=only)
     return Path(cfg.output), done
