@@ -579,17 +579,26 @@ def test_a_search_adds_its_bests_to_a_collected_workload_and_resumes(collected, 
     after = Dataset.open(clone).load("gmm-000")
     assert after.table.slice(0, len(before)).equals(before.table)  # old rows untouched
     new = after.table.slice(len(before)).to_pylist()
-    assert 1 <= len(new) <= 3 and {r["origin"] for r in new} == {"best"}
-    assert all(len(r["latencies"]) == PLAN.rounds and r["error"] is None for r in new)
+    bests = [r for r in new if r["origin"] == "best"]
+    trials = [r for r in new if r["origin"] == "trial"]
+    assert 1 <= len(bests) <= 3 and len(bests) + len(trials) == len(new)
+    assert all(len(r["latencies"]) == PLAN.rounds and r["error"] is None for r in bests)
+    assert all(len(r["latencies"]) <= 1 for r in trials)  # the search's own timing
     # built once each: the reference, the resumed trials, the bests (timed in rounds)
-    assert resumed.built == 1 + resumed.trials + len(new)
+    assert resumed.built == 1 + resumed.trials + len(bests)
     assert len(after.layouts) >= len(before.layouts) and all(
         r["layout"] < len(after.layouts) for r in new)  # a layout the search found joins
-    old = set(zip(before.layout.tolist(), before.decisions))
-    assert not old & {(r["layout"], tuple(r["decisions"])) for r in new}
+    keys = [(r["layout"], tuple(r["decisions"])) for r in new]
+    assert len(set(keys)) == len(keys) and not set(keys) & set(
+        zip(before.layout.tolist(), before.decisions))
     assert after.meta["search"] == {"agent": "evolution", "trials": 16, "measured": 16,
-                                    "bests": len(new)}
+                                    "bests": len(bests), "trial_rows": len(trials)}
+    assert after.best <= before.best
     assert "search" not in Dataset.open(clone).meta("dep-000")  # not asked for this time
+    again = StandInMeasurer(None)  # a collection asked again measures nothing new
+    collect(clone, WORKLOADS, plan, TIMING, measurer=again, progress=False, agent=agent,
+            only=["gmm-000"])
+    assert again.batches == 0 and len(Dataset.open(clone).load("gmm-000")) == len(after)
     search = RecordDB(clone / "journal" / "gmm-000.search.jsonl")
     assert len(search.records()) == 16
     search.close()

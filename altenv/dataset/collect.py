@@ -7,8 +7,9 @@ Each workload is collected in one pass over its layouts (:func:`layout_plan`): p
 data spans the slow programs a random policy meets. Those alone miss the fast ones (on
 the device, 200-trial searches beat such a dataset's best on four workloads of five, by up
 to 1.7x), so with ``search_trials`` a real search (a tuning job of the collection's agent,
-run as a user runs it) follows, and its ``bests`` fastest new programs join the data
-(origin ``best``), on whatever layout it found them. A batch is built once and timed
+run as a user runs it) follows: its ``bests`` fastest new programs join the data timed as
+the rest are (origin ``best``), its other trials with their one timing (origin ``trial``),
+on whatever layout it found them. A batch is built once and timed
 ``rounds`` times, the order rotating each round, so every program carries its own noise.
 A fixed reference kernel is re-timed every
 ``reference_every`` seconds, and each program row keeps the latest of its timings, so a
@@ -53,7 +54,7 @@ from ..ops import parse_workload
 from ..ops.features import workload_features
 from ..ops.operators import operator_for
 from ..ops.workload import Workload
-from ..records import RecordDB, target_string
+from ..records import Record, RecordDB, target_string
 from ..space import LoopPoint, LoopSpace
 from ..target import make_target, vector_bits
 from ..tuning import OpTask, freeze
@@ -267,6 +268,21 @@ def combine(rounds: Sequence[MeasureResult]) -> MeasureResult:
                          run_seconds=sum(r.run_seconds for r in rounds))
 
 
+class QuietTrials:
+    """A collector's measurer as its search's session sees it: each batch of trials is
+    timed as the collector times its own batches (:meth:`WorkloadCollector._quietly`),
+    since the trials become rows too."""
+
+    def __init__(self, measurer: Measurer, collector: WorkloadCollector):
+        self._measurer, self._collector = measurer, collector
+
+    def measure(self, candidates: Sequence[MeasureCandidate]) -> list[MeasureResult]:
+        return self._collector._quietly(lambda: self._measurer.measure(candidates))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._measurer, name)
+
+
 class WorkloadCollector:
     """Collects one workload: its layouts, programs, checks and timings, journaled."""
 
@@ -339,35 +355,53 @@ class WorkloadCollector:
         started from the data's programs, a search did not go back to a layout whose
         sampled programs were all slow, where cold searches found far faster ones), for
         :attr:`Plan.search_trials` trials journaled in ``db`` (a killed search resumes).
-        Its :attr:`Plan.bests` fastest programs not in the data are then timed like the
-        rest (rows of origin ``best``); a layout outside the workload's list joins it."""
+        Its :attr:`Plan.bests` fastest programs not among the sampled ones are then timed
+        like the rest (rows of origin ``best``), and its other trials join with the one
+        timing the search took (rows of origin ``trial``: where searches go, a surrogate
+        fitted on the sampled programs alone predicted the fastest 2.4x too slow); a
+        layout outside the workload's list joins it."""
         task = self.task
-        data = {(freeze(self.layouts[r["layout"]]["factors"]),
-                 tuple(int(v) for v in r["decisions"])) for r in self.rows}
         job = TuningJob(task, agent, Budget.split(self.plan.search_trials),
                         SearchOptions(finalists=0))
-        session = job.session(self.measurer, db)
+        session = job.session(QuietTrials(self.measurer, self), db)  # trials become rows
         before = session.trials
         job.run(session, progress=False)
         progress(session.trials - before)
-        found: dict[tuple[Factors, tuple[int, ...]], tuple[float, LoopPoint]] = {}
-        for cand, latency in session.measured_items():
-            space = task.space(cand.factors)
-            point = space.canonical(cand.point)
-            key = (cand.factors, tuple(int(v) for v in space.to_vector(point)))
-            if math.isfinite(latency) and key not in data and (
-                    key not in found or latency < found[key][0]):
-                found[key] = (latency, point)
-        fastest = sorted(found, key=lambda k: found[k][0])[:self.plan.bests]
-        by_layout: dict[Factors, list[LoopPoint]] = {}
-        for key in fastest:
-            by_layout.setdefault(key[0], []).append(found[key][1])
-        for factors, points in by_layout.items():
+        sampled = {self._key(r) for r in self.rows if r["origin"] in ("sample", "search")}
+        present = {self._key(r) for r in self.rows}
+        trials: dict[tuple[Factors, tuple[int, ...]], tuple[Record, LoopPoint]] = {}
+        for record in db.records(task.key):
+            factors = freeze(record.layouts["factors"])
             space = task.space(factors)
-            self._measure(self._add_layout(factors, space), factors, space, points, "best")
-            progress(len(points))
+            point = space.canonical(space.from_vector(record.decisions))
+            key = (factors, tuple(int(v) for v in space.to_vector(point)))
+            if key not in sampled and (key not in trials or record.median < trials[key][0].median):
+                trials[key] = (record, point)
+        fastest = sorted((k for k in trials if math.isfinite(trials[k][0].median)),
+                         key=lambda k: trials[k][0].median)[:self.plan.bests]
+        for origin, keys in (("best", fastest),
+                             ("trial", [k for k in trials if k not in fastest])):
+            by_layout: dict[Factors, list[tuple[int, ...]]] = {}
+            for key in keys:
+                if key not in present:  # a search resumed after its rows were written
+                    by_layout.setdefault(key[0], []).append(key[1])
+            for factors, vectors in by_layout.items():
+                space = task.space(factors)
+                index = self._add_layout(factors, space)
+                points = [trials[(factors, v)][1] for v in vectors]
+                if origin == "best":
+                    self._measure(index, factors, space, points, origin)
+                else:
+                    self._add_rows(index, space, points,
+                                   [trials[(factors, v)][0] for v in vectors], origin)
+                progress(len(points))
         self.searched = {"agent": self.plan.search_agent, "trials": self.plan.search_trials,
-                         "measured": session.trials, "bests": len(fastest)}
+                         "measured": session.trials, "bests": len(fastest),
+                         "trial_rows": len(trials) - len(fastest)}
+
+    def _key(self, row: dict[str, Any]) -> tuple[Factors, tuple[int, ...]]:
+        return (freeze(self.layouts[row["layout"]]["factors"]),
+                tuple(int(v) for v in row["decisions"]))
 
     def _mutants(self, space: LoopSpace, elites: list[LoopPoint],
                  seen: set[LoopPoint]) -> list[LoopPoint]:
@@ -395,15 +429,21 @@ class WorkloadCollector:
                 record = self.journal.add_result(self.task.key, self.task.target, layouts,
                                                  None, list(vectors[i]), result)
                 self._known[(factors, vectors[i])] = record
+        return self._add_rows(index, space, points,
+                              [self._known[(factors, v)] for v in vectors], origin)
+
+    def _add_rows(self, index: int, space: LoopSpace, points: list[LoopPoint],
+                  records: list[Record], origin: str) -> list[float]:
+        """A row per point of layout ``index``, timed as its record says; their latencies."""
         schedules = [space.decode(p) for p in points]
         features = extract_features(space.context, schedules)
         out = []
-        for point, vector, feats in zip(points, vectors, features):
-            record = self._known[(factors, vector)]
+        for point, record, feats in zip(points, records, features):
             summary = np.round(feature_summary(feats) * 255).astype(np.uint8)
             latency = record.median
             self.rows.append({
-                "layout": index, "origin": origin, "decisions": list(vector),
+                "layout": index, "origin": origin,
+                "decisions": [int(v) for v in space.to_vector(point)],
                 "encoding": space.encode(point).tolist(), "features": summary.tolist(),
                 "latencies": list(record.latencies), "latency": latency,
                 "error": record.error, "timestamp": record.timestamp,
@@ -415,9 +455,15 @@ class WorkloadCollector:
         return out
 
     def _time(self, inputs: list[MeasureCandidate]) -> list[MeasureResult]:
-        """Build and time a batch; with ``quiet_host`` and a measurer that times on this
-        host, only on a host nothing else keeps busy, and again (up to :data:`RETRIES`
-        times) when other work ran while it was timed."""
+        """Build a batch once and time it in :attr:`Plan.rounds` interleaved rounds
+        (:meth:`_quietly`)."""
+        return self._quietly(lambda: [combine(r) for r in
+                                      self.measurer.retime(inputs, self.plan.rounds)])
+
+    def _quietly(self, timing: Callable[[], list[MeasureResult]]) -> list[MeasureResult]:
+        """``timing()``, with ``quiet_host`` and a measurer that times on this host only on
+        a host nothing else keeps busy, and again (up to :data:`RETRIES` times) when other
+        work ran while it timed."""
         load = OtherLoad()
         for attempt in range(RETRIES + 1):
             if self.quiet:
@@ -425,7 +471,7 @@ class WorkloadCollector:
             if self.reference is not None:
                 self.reference.maybe()
             start = load.reading()
-            results = [combine(r) for r in self.measurer.retime(inputs, self.plan.rounds)]
+            results = timing()
             busy = load.since(start)
             if not self.quiet or busy < QUIET or attempt == RETRIES:
                 return results
@@ -511,7 +557,7 @@ def collect(out: str | Path, workloads: Sequence[tuple[str, str | Workload]], pl
                     continue
                 if not (out / PROGRAMS / f"{n}.parquet").is_file():
                     todo.append((i, n, w, False))
-                elif plan.search_trials and "search" not in data.meta(n):
+                elif plan.search_trials and "trial_rows" not in data.meta(n).get("search", {}):
                     todo.append((i, n, w, True))
             per = plan.layouts * (plan.samples + plan.searched)
             search = plan.search_trials + plan.bests if plan.search_trials else 0

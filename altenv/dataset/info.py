@@ -39,11 +39,11 @@ def format_info(path: str) -> str:
         w = data.load(name)
         ok = w.latency[np.isfinite(w.latency)]
         spread = f"{ok.max() / ok.min():.1f}x" if ok.size else "-"
-        noise = np.median([(t.max() - t.min()) / np.median(t) for t in w.latencies if len(t)]
-                          or [np.nan])
+        noise = np.median([(t.max() - t.min()) / np.median(t) for t in w.latencies
+                           if len(t) > 1] or [np.nan])
         refs = w.table.column("reference").to_numpy()
         drift = (np.nanmax(refs) / np.nanmin(refs)) if np.isfinite(refs).any() else np.nan
-        sampled = w.latency[np.array(w.table.column("origin").to_pylist()) != "best"]
+        sampled = w.latency[np.isin(w.origin, ("sample", "search"))]
         gain = (f"{np.min(sampled) / w.best:.2f}x" if "search" in w.meta and sampled.size
                 else "-")
         lines.append(f"  altenv://{data.name}/{name:9s} {len(w.layouts):5d} {len(w):8d} "

@@ -16,14 +16,16 @@ layout         int32                 index into the workload's ``layouts`` metad
 origin         string                ``sample`` (MetaSchedule's sampling of the layout's
                                      design space), ``search`` (a mutant of the layout's
                                      fastest sampled programs: a short evolutionary step)
-                                     or ``best`` (among the fastest new programs of a real
-                                     search warm-started from the others)
+                                     ``best`` (among the fastest new programs of a real
+                                     search) or ``trial`` (one of that search's other
+                                     trials, with the one timing it took)
 decisions      list<int32>           the loop-space point (``LoopSpace.to_vector``)
 encoding       list<float32>         ``LoopSpace.encode`` of that point, in [0, 1]
 features       list<uint8>           mean and max over stores of the program's features
                                      (``altenv.costmodel.feature_summary``) x 255
-latencies      list<float64>         seconds, one per interleaved timing round (>= 5);
-                                     empty if the program failed
+latencies      list<float64>         seconds, one per interleaved timing round (>= 5;
+                                     a ``trial`` row's: the search's one timing); empty
+                                     if the program failed
 latency        float64               median of ``latencies`` (``inf`` if it failed)
 error          string (nullable)     why it failed (build, crash, timeout, wrong result)
 reference      float64               the reference kernel's latest latency (s) when this
@@ -37,7 +39,7 @@ Workload metadata (the Parquet schema's ``altenv`` key, JSON): ``name``, ``spec`
 entry per layout index: ``factors``, ``framework`` (the untiled layout MetaSchedule tunes),
 ``subspaces`` (the loop space's kind, size and directions per subspace)),
 ``workload_features``, ``flops`` and, once searched, ``search`` (``agent``, ``trials``
-asked, ``measured``, ``bests`` kept).
+asked, ``measured``, ``bests`` and ``trial_rows`` kept).
 """
 
 from __future__ import annotations
@@ -130,11 +132,17 @@ class WorkloadData:
             out[i, :len(r)] = np.asarray(r, dtype=np.float32) / 255.0
         return out
 
+    @cached_property
+    def origin(self) -> np.ndarray:
+        """Where each program came from (``sample``, ``search``, ``best``, ``trial``)."""
+        return np.asarray(self.table.column("origin").to_pylist())
+
     @property
     def best(self) -> float:
-        """The fastest program's median latency (s): the reference of regret."""
-        finite = self.latency[np.isfinite(self.latency)]
-        return float(finite.min()) if finite.size else math.inf
+        """The fastest program's median latency (s) over the programs timed in interleaved
+        rounds (a ``trial`` row's one timing may be a lucky one): the reference of regret."""
+        timed = self.latency[(self.origin != "trial") & np.isfinite(self.latency)]
+        return float(timed.min()) if timed.size else math.inf
 
     def framework_layout(self) -> int:
         """Index of the framework layout (the one MetaSchedule tunes)."""
