@@ -420,6 +420,40 @@ def test_bench_offline_runs_bench_ops_cells_on_the_replay(collected, tmp_path, c
 
 @pytest.mark.slow
 @DATASET
+def test_an_interrupted_offline_run_stops_its_processes_and_resumes(collected, tmp_path,
+                                                                    monkeypatch):
+    """Interrupted after its first cell, a two-process run leaves no process running;
+    the next run finishes every cell, none measured twice."""
+    import multiprocessing
+
+    from altenv.bench import offline
+
+    def interrupted(futures, **_):
+        yield futures[0]
+        raise KeyboardInterrupt
+
+    out = tmp_path / "offline"
+    seeds = 6
+    args = dict(tuners=["random"], seeds=seeds, budgets=[4], output=out, pattern="gmm")
+    cells = [out / "b4" / "gmm-000" / f"random-seed{seed}" / "records.jsonl"
+             for seed in range(seeds)]
+    monkeypatch.setattr(offline, "tqdm", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        offline.run_offline(collected, jobs=2, **args)
+    assert not multiprocessing.active_children()
+    assert not (out / "results.csv").exists()
+    # the queued cells were dropped, not tuned before the interrupt got through
+    assert sum(path.is_file() and RecordDB(path).count() == 4 for path in cells) < seeds
+    monkeypatch.undo()
+    rows = offline.run_offline(collected, jobs=1, **args)
+    assert [int(r["trials"]) for r in rows] == [4] * seeds
+    for path in cells:
+        records = RecordDB(path)
+        assert records.count() == 4 and len({r.key for r in records.records()}) == 4
+
+
+@pytest.mark.slow
+@DATASET
 def test_an_offline_evolution_cell_repeats_from_its_seed(collected, tmp_path):
     """MetaSchedule's search in the loop-only stage included (a replay runs it on one
     thread: with more, its threads take candidates as they free up)."""

@@ -99,12 +99,7 @@ def run_offline(data: Dataset, tuners: Sequence[str], seeds: int, budgets: Seque
     if jobs <= 1:
         rows = [_cell_row(data, surrogate, suite, *cell, output, progress) for cell in cells]
     else:
-        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
-                                 initializer=_start_worker,
-                                 initargs=(str(data.path), surrogate)) as pool:
-            futures = [pool.submit(_worker_cell, suite, *cell, output) for cell in cells]
-            rows = [f.result() for f in tqdm(futures, desc="offline cells", unit="cell",
-                                             disable=not progress)]
+        rows = _in_processes(data, surrogate, suite, cells, output, progress, jobs)
     output.mkdir(parents=True, exist_ok=True)
     with (output / "results.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
@@ -128,6 +123,31 @@ def _cell_row(data: Dataset, surrogate: Surrogate, suite: BenchSuite, entry: OpE
             "trials": summary["trials"], "tuning_seconds": summary["tuning_seconds"],
             "replayed": measurer.replayed, "predicted": measurer.predicted,
             "wall_seconds": time.perf_counter() - start}
+
+
+def _in_processes(data: Dataset, surrogate: Surrogate, suite: BenchSuite,
+                  cells: Sequence[tuple[OpEntry, str, int, int]], output: Path,
+                  progress: bool, jobs: int) -> list[dict[str, Any]]:
+    """The cells' rows, tuned ``jobs`` at a time in processes of their own. If this
+    process is interrupted (Ctrl-C, or a signal sent to it alone) or a cell fails, queued
+    cells are dropped and running ones stopped: their records hold what they measured,
+    and the next run resumes them."""
+    pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_start_worker, initargs=(str(data.path), surrogate))
+    try:
+        futures = [pool.submit(_worker_cell, suite, *cell, output) for cell in cells]
+        return [f.result() for f in tqdm(futures, desc="offline cells", unit="cell",
+                                         disable=not progress)]
+    except BaseException:
+        workers = list((pool._processes or {}).values())  # noqa: SLF001 (no public handle)
+        pool.shutdown(wait=False, cancel_futures=True)
+        for worker in workers:
+            worker.terminate()
+        for worker in workers:
+            worker.join()
+        raise
+    finally:
+        pool.shutdown()
 
 
 _WORKER: dict[str, Any] = {}
