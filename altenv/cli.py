@@ -106,11 +106,13 @@ def _dataset_surrogate(args: argparse.Namespace) -> int:
     from .dataset.surrogate import (
         CALIBRATION,
         FILE,
+        PROGRAM_FILE,
         Calibration,
         card_entry,
         evaluate,
         format_accuracy,
         out_of_fold,
+        program_rows,
         write_calibration,
         write_card_entry,
     )
@@ -130,11 +132,18 @@ def _dataset_surrogate(args: argparse.Namespace) -> int:
     print(f"surrogate of {data.name}: {args.holdout:.0%} of each workload's programs held "
           f"out (seed {args.seed}), fitted on the rest")
     print(format_accuracy(scores), end="")
+    program_scores, program_model = evaluate(data, args.holdout, args.seed, rows=program_rows)
+    print("program surrogate (the point and the program's features; what `bench offline` "
+          "replays with), the same programs held out:")
+    print(format_accuracy(program_scores), end="")
     if not args.no_save:
         model.save(data.path / FILE)
-        write_card_entry(data, card_entry(scores, args.holdout, args.seed))
-        print(f"saved {data.path / FILE} (fitted on every program) and "
-              f"{data.path / 'surrogate-accuracy.json'}")
+        program_model.save(data.path / PROGRAM_FILE)
+        write_card_entry(data, {**card_entry(scores, args.holdout, args.seed),
+                                "program": card_entry(program_scores, args.holdout,
+                                                      args.seed)})
+        print(f"saved {data.path / FILE}, {data.path / PROGRAM_FILE} (fitted on every "
+              f"program) and {data.path / 'surrogate-accuracy.json'}")
         (data.path / CALIBRATION).unlink(missing_ok=True)  # another fit's, if any
         if args.calibrate is not None:
             calibration = Calibration.fit(out_of_fold(data, seed=args.seed), args.calibrate)
@@ -536,8 +545,9 @@ def build_parser() -> argparse.ArgumentParser:
                           help="measure on a Ray cluster: 'local' (one started here), 'auto' "
                                "or HOST:PORT of its head (docs/scale-out.md)")
     dcollect.set_defaults(func=_dataset_collect)
-    dsur = dkinds.add_parser("surrogate", help="fit a dataset's surrogate, print its held-out "
-                                               "Spearman and top-8 recall per workload, save it")
+    dsur = dkinds.add_parser("surrogate", help="fit a dataset's surrogates (points; points "
+                                               "and programs), print their held-out Spearman "
+                                               "and top-8 recall per workload, save them")
     dsur.add_argument("dataset", help="a dataset directory or the name of a shipped one")
     dsur.add_argument("--holdout", type=float, default=0.2,
                       help="fraction of each workload's programs held out (default 0.2)")

@@ -78,6 +78,12 @@ def feature_summary(features: np.ndarray) -> np.ndarray:
     return np.clip(summary, 0.0, 1.0).astype(np.float32)
 
 
+def feature_bytes(features: np.ndarray) -> np.ndarray:
+    """:func:`feature_summary` as a dataset stores it (``uint8``, x 255), so that a program
+    a search generates reads as the dataset's programs do."""
+    return np.round(feature_summary(features) * 255).astype(np.uint8)
+
+
 def loop_nest_features(sch: Schedule) -> np.ndarray:
     """The :data:`NEST_LOOPS` innermost loops around the program's main computation (the
     block with a reduction and the deepest nest), innermost first: ``log2(extent + 1)``,

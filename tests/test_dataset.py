@@ -276,6 +276,53 @@ def test_the_surrogate_command_saves_a_calibration_replays_use(collected, tmp_pa
     assert Surrogate.load(data_dir / "surrogate.ubj.gz").calibration is None
 
 
+@pytest.mark.slow
+@DATASET
+def test_a_sessions_programs_are_replayed_by_the_program_surrogate(collected, tmp_path,
+                                                                    capsys):
+    """``dataset surrogate`` fits the program surrogate beside the point one; a replay
+    that has it asks the session for each candidate's features and predicts from them."""
+    import shutil
+
+    from altenv.cli import main
+    from altenv.costmodel import extract_features, feature_bytes
+    from altenv.dataset.measurer import ReplayMeasurer
+    from altenv.dataset.surrogate import program_input
+    from altenv.tuning import Candidate, OpTask, TuningSession
+
+    data_dir = tmp_path / "tiny"
+    shutil.copytree(collected.path, data_dir)
+    assert main(["dataset", "surrogate", str(data_dir), "--holdout", "0.3"]) == 0
+    assert "program surrogate" in capsys.readouterr().out
+    accuracy = json.loads((data_dir / "surrogate-accuracy.json").read_text())
+    assert accuracy["program"]["workloads"] == accuracy["workloads"]
+    data = Dataset.open(data_dir)
+    measurer = ReplayMeasurer(data, seed=0)
+    assert measurer.reads_features
+    program_model = Surrogate.load(data_dir / "surrogate-program.ubj.gz")
+    assert program_model.calibration is None
+    w = data.load("gmm-000")
+    task = OpTask(w.spec, measurer.target)
+    replay = measurer.workload(w.spec)
+    layout = replay.framework()
+    space = task.space(freeze(layout.factors))
+    point = next(p for p in space.sample(64, seed=1)
+                 if tuple(space.to_vector(space.canonical(p))) not in layout.points)
+    with RecordDB(tmp_path / "records.jsonl") as db:
+        session = TuningSession(task, measurer, db)
+        (latency,) = session.measure([Candidate(freeze(layout.factors), point)])
+    assert measurer.predicted == 1 and measurer.replayed == 0
+    canonical = space.canonical(point)
+    feats = feature_bytes(extract_features(space.context, [space.decode(canonical)])[0])
+    x = point_features(replay.workload_features, layout_vector(layout.factors, replay.extents),
+                       space.encode(canonical), space.to_vector(canonical), space.describe())
+    want = replay.best / 2.0 ** program_model.predict_one(program_input(x, feats))
+    assert latency == pytest.approx(want, rel=1e-5)
+    assert latency != pytest.approx(replay.predict(layout.factors, space.encode(canonical),
+                                                   space.to_vector(canonical),
+                                                   space.describe()), rel=1e-6)
+
+
 def test_tree_ensemble_equals_xgboost():
     rng = np.random.default_rng(0)
     x = rng.random((300, 12)).astype(np.float32)

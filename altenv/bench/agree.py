@@ -14,8 +14,10 @@ agent) cell the ratio is the median over seeds. Reported:
 - per agent, how far its offline geometric-mean ratio is from the hardware's, and the same
   for its ratios over another agent's (``random``'s) on each workload, where a bias all
   agents share cancels;
-- the surrogate on the hardware's own trials: for every program the hardware cells measured
-  that the dataset does not hold (the points a search visits, which no collection drew),
+- the surrogate on the hardware's own trials (the program surrogate, which a replay in
+  ``bench offline`` answers with, where the dataset has one): for every program the
+  hardware cells measured that the dataset does not hold (the points a search visits,
+  which no collection drew),
   the Spearman correlation per cell and the median ``log2`` of replayed over measured
   latency (its bias), calibrated and not; and a cell's fastest replayed value over its
   fastest measurement: the bias a replay of the very same trials would carry into its
@@ -25,6 +27,7 @@ agent) cell the ratio is the median over seeds. Reported:
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 import statistics
@@ -36,14 +39,16 @@ from typing import Any
 import numpy as np
 from scipy.stats import kendalltau
 
+from ..costmodel import extract_features, feature_bytes
 from ..dataset import Dataset
 from ..dataset.measurer import ReplayMeasurer
 from ..dataset.surrogate import Surrogate
+from ..measure import ProgramPoint
 from ..records import RecordDB
 from ..space.loop_space import StaleRecordError
 from ..training.ranking import spearman
 from ..tuning.session import program_point
-from ..tuning.task import Candidate, OpTask, freeze
+from ..tuning.task import Candidate, Factors, OpTask, freeze
 from .report import geomean, rows_of
 
 DATA_URI = "altenv://"
@@ -108,25 +113,16 @@ def surrogate_on_trials(data: Dataset, timings: dict[str, dict[str, Any]], refer
                 continue
             predicted, uncalibrated, measured = [], [], []
             held, pick = 0, (math.inf, math.nan)
-            with RecordDB(records) as db:
-                for record in db.records():
-                    if not math.isfinite(record.median):
-                        continue
-                    factors = freeze(record.layouts["factors"])
-                    try:
-                        point = task.space(factors).from_vector(record.decisions)
-                    except StaleRecordError:
-                        continue
-                    program = program_point(task, Candidate(factors, point))
-                    value, _, replayed = measurer.answer(program)
-                    if replayed:
-                        held += 1
-                        continue
-                    predicted.append(value)
-                    uncalibrated.append(value if raw is None else raw.answer(program)[0])
-                    measured.append(record.median)
-                    if record.median < pick[0]:
-                        pick = (record.median, value)
+            for program, median in _trials(task, records, measurer.reads_features):
+                value, _, replayed = measurer.answer(program)
+                if replayed:
+                    held += 1
+                    continue
+                predicted.append(value)
+                uncalibrated.append(value if raw is None else raw.answer(program)[0])
+                measured.append(median)
+                if median < pick[0]:
+                    pick = (median, value)
             if not measured:
                 continue
             out.append({"workload": dataset_name(data, timing["spec"]), "tuner": cell["tuner"],
@@ -140,6 +136,33 @@ def surrogate_on_trials(data: Dataset, timings: dict[str, dict[str, Any]], refer
                         "best_error_log2": math.log2(min(predicted) / min(measured)),
                         "uncalibrated_best_error_log2": math.log2(min(uncalibrated)
                                                                   / min(measured))})
+    return out
+
+
+def _trials(task: OpTask, records: Path, features: bool
+            ) -> list[tuple[ProgramPoint, float]]:
+    """The measured programs of a records file and their medians; with their programs'
+    features (as a tuning session gives them to a replay) if ``features``."""
+    by_layout: dict[Factors, list[tuple[Candidate, float]]] = defaultdict(list)
+    with RecordDB(records) as db:
+        for record in db.records():
+            if not math.isfinite(record.median):
+                continue
+            factors = freeze(record.layouts["factors"])
+            try:
+                point = task.space(factors).from_vector(record.decisions)
+            except StaleRecordError:
+                continue
+            by_layout[factors].append((Candidate(factors, point), record.median))
+    out = []
+    for factors, trials in by_layout.items():
+        space = task.space(factors)
+        programs = [program_point(task, c) for c, _ in trials]
+        if features:
+            feats = extract_features(space.context, [space.decode(c.point) for c, _ in trials])
+            programs = [dataclasses.replace(p, features=tuple(int(v) for v in feature_bytes(f)))
+                        for p, f in zip(programs, feats, strict=True)]
+        out += [(p, median) for p, (_, median) in zip(programs, trials)]
     return out
 
 

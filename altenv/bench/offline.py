@@ -4,9 +4,9 @@ The cells are ``bench ops``' own (:func:`altenv.bench.ops.tune_cell`: the same a
 construction, session, budget split and records), tuned on a
 :class:`~altenv.dataset.measurer.ReplayMeasurer` instead of a device: nothing is built,
 a program the dataset holds is timed by one of its own timings, any other by the
-dataset's surrogate. Each budget is tuned as its own cell (a 200-trial run splits its
-joint and loop stages as a 200-trial run does, not as the first 200 trials of a longer
-one).
+dataset's program surrogate (its point surrogate where it has none). Each budget is
+tuned as its own cell (a 200-trial run splits its joint and loop stages as a 200-trial
+run does, not as the first 200 trials of a longer one).
 
 A cell's **regret** at its budget: the program it would report (the fastest it measured)
 is valued at its dataset latency (the median of its measured timings; the surrogate's
@@ -34,7 +34,7 @@ from tqdm import tqdm
 from ..config import AgentConfig
 from ..dataset import Dataset
 from ..dataset.measurer import ReplayMeasurer, json_target
-from ..dataset.surrogate import Surrogate, load_or_fit
+from ..dataset.surrogate import Surrogate, load_or_fit, load_program
 from ..records import RecordDB
 from ..suites import BenchSuite, OpEntry
 from .ops import METASCHEDULE, cell_dir, tune_cell
@@ -93,13 +93,13 @@ def run_offline(data: Dataset, tuners: Sequence[str], seeds: int, budgets: Seque
     cells run in that many processes at once (a replayed cell times nothing, so cells
     side by side do not disturb each other's results, only their own ``seconds``)."""
     suite = offline_suite(data, tuners, seeds, pattern, agents)
-    surrogate = load_or_fit(data)
+    surrogates = (load_or_fit(data), load_program(data))
     cells = [(entry, tuner, seed, budget) for budget in sorted(budgets)
              for entry in suite.workloads for tuner in tuners for seed in range(seeds)]
     if jobs <= 1:
-        rows = [_cell_row(data, surrogate, suite, *cell, output, progress) for cell in cells]
+        rows = [_cell_row(data, surrogates, suite, *cell, output, progress) for cell in cells]
     else:
-        rows = _in_processes(data, surrogate, suite, cells, output, progress, jobs)
+        rows = _in_processes(data, surrogates, suite, cells, output, progress, jobs)
     output.mkdir(parents=True, exist_ok=True)
     with (output / "results.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
@@ -108,12 +108,17 @@ def run_offline(data: Dataset, tuners: Sequence[str], seeds: int, budgets: Seque
     return rows
 
 
-def _cell_row(data: Dataset, surrogate: Surrogate, suite: BenchSuite, entry: OpEntry,
+Surrogates = tuple[Surrogate, Surrogate | None]
+"""A dataset's point surrogate and its program surrogate (if it has one)."""
+
+
+def _cell_row(data: Dataset, surrogates: Surrogates, suite: BenchSuite, entry: OpEntry,
               tuner: str, seed: int, budget: int, output: Path, progress: bool
               ) -> dict[str, Any]:
     """Tune one cell (or read it, finished) and give its row."""
     draws = zlib.crc32(f"{entry.name}/{tuner}/{seed}".encode())
-    measurer = ReplayMeasurer(data, seed=draws, surrogate=surrogate)
+    measurer = ReplayMeasurer(data, seed=draws, surrogate=surrogates[0],
+                              program_surrogate=surrogates[1])
     out = output / f"b{budget}"
     start = time.perf_counter()
     summary = tune_cell(suite, entry, tuner, seed, out, budget, _Lend(measurer),
@@ -125,7 +130,7 @@ def _cell_row(data: Dataset, surrogate: Surrogate, suite: BenchSuite, entry: OpE
             "wall_seconds": time.perf_counter() - start}
 
 
-def _in_processes(data: Dataset, surrogate: Surrogate, suite: BenchSuite,
+def _in_processes(data: Dataset, surrogates: Surrogates, suite: BenchSuite,
                   cells: Sequence[tuple[OpEntry, str, int, int]], output: Path,
                   progress: bool, jobs: int) -> list[dict[str, Any]]:
     """The cells' rows, tuned ``jobs`` at a time in processes of their own. If this
@@ -133,7 +138,7 @@ def _in_processes(data: Dataset, surrogate: Surrogate, suite: BenchSuite,
     cells are dropped and running ones stopped: their records hold what they measured,
     and the next run resumes them."""
     pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_start_worker, initargs=(str(data.path), surrogate))
+                               initializer=_start_worker, initargs=(str(data.path), surrogates))
     try:
         futures = [pool.submit(_worker_cell, suite, *cell, output) for cell in cells]
         return [f.result() for f in tqdm(futures, desc="offline cells", unit="cell",
@@ -151,18 +156,18 @@ def _in_processes(data: Dataset, surrogate: Surrogate, suite: BenchSuite,
 
 
 _WORKER: dict[str, Any] = {}
-"""A worker process's dataset and surrogate (:func:`_start_worker`)."""
+"""A worker process's dataset and surrogates (:func:`_start_worker`)."""
 
 
-def _start_worker(path: str, surrogate: Surrogate) -> None:
+def _start_worker(path: str, surrogates: Surrogates) -> None:
     """Open the dataset once per worker (its replay searches on one thread,
     ``ReplayMeasurer.search_threads``)."""
-    _WORKER.update(data=Dataset.open(path), surrogate=surrogate)
+    _WORKER.update(data=Dataset.open(path), surrogates=surrogates)
 
 
 def _worker_cell(suite: BenchSuite, entry: OpEntry, tuner: str, seed: int, budget: int,
                  output: Path) -> dict[str, Any]:
-    return _cell_row(_WORKER["data"], _WORKER["surrogate"], suite, entry, tuner, seed,
+    return _cell_row(_WORKER["data"], _WORKER["surrogates"], suite, entry, tuner, seed,
                      budget, output, False)
 
 

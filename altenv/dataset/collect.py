@@ -45,7 +45,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
-from ..costmodel import extract_features, feature_summary
+from ..costmodel import extract_features, feature_bytes
 from ..errors import UserError
 from ..files import check_tree, make_dir, write_text
 from ..lock import DirLock
@@ -439,12 +439,11 @@ class WorkloadCollector:
         features = extract_features(space.context, schedules)
         out = []
         for point, record, feats in zip(points, records, features):
-            summary = np.round(feature_summary(feats) * 255).astype(np.uint8)
             latency = record.median
             self.rows.append({
                 "layout": index, "origin": origin,
                 "decisions": [int(v) for v in space.to_vector(point)],
-                "encoding": space.encode(point).tolist(), "features": summary.tolist(),
+                "encoding": space.encode(point).tolist(), "features": feature_bytes(feats).tolist(),
                 "latencies": list(record.latencies), "latency": latency,
                 "error": record.error, "timestamp": record.timestamp,
                 "reference": (self.reference.at(record.timestamp)

@@ -3,7 +3,9 @@
 ``bench ops`` tunes an agent on a :class:`~altenv.measure.Measurer`; with a
 :class:`ReplayMeasurer` in its place the same tuning code runs offline: a program the
 dataset measured is answered with one of its own timings drawn at random (so a search meets
-the measured noise), any other program with the dataset's surrogate, and nothing is built.
+the measured noise), any other program with the dataset's surrogate (its program surrogate
+where the dataset has one: the candidate then carries its program's features), and nothing
+is built.
 It reads which program a candidate is from the candidate's
 :class:`~altenv.measure.ProgramPoint` (a tuning session's candidates carry theirs).
 """
@@ -20,7 +22,7 @@ from ..measure import MeasureCandidate, MeasureConfig, MeasureResult, ProgramPoi
 from ..target import make_target
 from .replay import WorkloadReplay
 from .store import Dataset
-from .surrogate import Surrogate, load_or_fit
+from .surrogate import Surrogate, load_or_fit, load_program
 
 
 class ReplayMeasurer:
@@ -34,6 +36,10 @@ class ReplayMeasurer:
         Seeds the draw of each replayed program's timing.
     surrogate:
         Predicts programs the dataset does not hold (default: the dataset's).
+    program_surrogate:
+        Predicts them from their programs' features where a candidate carries them
+        (default: the dataset's, if it has one; :attr:`reads_features` asks a tuning
+        session for them).
     """
 
     rpc = False
@@ -42,14 +48,22 @@ class ReplayMeasurer:
     threads take candidates as they free up and a seed does not repeat (the cells of
     ``bench offline --jobs`` run side by side instead)."""
 
-    def __init__(self, dataset: Dataset, seed: int = 0, surrogate: Surrogate | None = None):
+    def __init__(self, dataset: Dataset, seed: int = 0, surrogate: Surrogate | None = None,
+                 program_surrogate: Surrogate | None = None):
         self.dataset = dataset
         self.config = MeasureConfig()
         self.target = make_target(json_target(dataset.card.get("target")))
         self.surrogate = surrogate or load_or_fit(dataset)
+        self.program_surrogate = program_surrogate or load_program(dataset)
         self.rng = np.random.default_rng(seed)
         self._replays: dict[str, WorkloadReplay] = {}
         self.replayed = self.predicted = 0
+
+    @property
+    def reads_features(self) -> bool:
+        """Whether candidates should carry their programs' features
+        (``ProgramPoint.features``): only if the program surrogate will read them."""
+        return self.program_surrogate is not None
 
     def workload(self, key: str) -> WorkloadReplay:
         """The replay of the workload whose records key (spec) is ``key``."""
@@ -78,8 +92,10 @@ class ReplayMeasurer:
             row = layout.points[point.decisions]
             error = replay.data.table.column("error")[row].as_py()
             return latency, error or (None if math.isfinite(latency) else "failed"), True
+        program = (self.program_surrogate, point.features) if point.features and \
+            self.program_surrogate is not None else None
         return (replay.predict(factors, point.encoding, point.decisions,
-                               list(point.subspaces) or None), None, False)
+                               list(point.subspaces) or None, program), None, False)
 
     def measure(self, candidates: Sequence[MeasureCandidate]) -> list[MeasureResult]:
         return [rounds[0] for rounds in self.retime(candidates, rounds=1)]

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..space import subspace as subspaces
 from .store import WorkloadData
-from .surrogate import Surrogate, layout_vector, point_features
+from .surrogate import Surrogate, layout_vector, point_features, program_input
 
 Point = tuple[int, ...]
 
@@ -162,12 +162,17 @@ class WorkloadReplay:
         return lay if exact else None
 
     def predict(self, factors: dict[str, int], encoding: Sequence[float],
-                decisions: Sequence[int], subspaces: Sequence[dict[str, Any]] | None
-                ) -> float:
+                decisions: Sequence[int], subspaces: Sequence[dict[str, Any]] | None,
+                program: tuple[Surrogate, Sequence[int]] | None = None) -> float:
         """The surrogate's latency (s) of a point of any layout, in the dataset or not
-        (``subspaces``: its loop space's ``describe()``; calibrated where it has one)."""
+        (``subspaces``: its loop space's ``describe()``; calibrated where it has one);
+        ``program``: a program surrogate and the program's stored features, which then
+        predicts instead."""
         x = point_features(self.workload_features, layout_vector(factors, self.extents),
                            np.asarray(encoding, dtype=np.float32), decisions, subspaces)
+        if program is not None:
+            model, features = program
+            return self.best / 2.0 ** model.predict_one(program_input(x, features))
         return self.best / 2.0 ** self.surrogate.value(self.name, x,
                                                        program_key(factors, decisions))
 

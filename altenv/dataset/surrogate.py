@@ -21,8 +21,17 @@ noise drawn once per program. It brings offline regret near the device's level, 
 noise it reversed which agent wins (docs/datasets.md, offline against hardware), so the
 shipped dataset replays uncalibrated.
 
-The model is saved as XGBoost's own UBJSON, gzipped, and the calibration as JSON: loading
-either runs no code.
+A second model, the **program surrogate**, reads the same point plus the program's
+feature summary (what the dataset stores of MetaSchedule's per-store features, see
+:func:`program_rows`). Only a search that generated the program can give those (an
+offline bench cell's session does; a gym replay steps through points without programs),
+so it answers the measurements of ``bench offline`` and the point surrogate everything
+else. On the hardware trials of six 200-trial searches no collection drew, it ranked
+programs better than the point model (Spearman 0.72 against 0.68) and shrank the fastest
+less (docs/datasets.md).
+
+The models are saved as XGBoost's own UBJSON, gzipped, and the calibration as JSON:
+loading them runs no code.
 """
 
 from __future__ import annotations
@@ -32,7 +41,7 @@ import json
 import math
 import os
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,6 +65,8 @@ PARAMS = {"max_depth": 10, "eta": 0.1, "subsample": 0.9, "colsample_bytree": 0.5
 ROUNDS = 400
 FILE = "surrogate.ubj.gz"
 """XGBoost's own model format (UBJSON, data only), gzipped: a quarter of its JSON's size."""
+PROGRAM_FILE = "surrogate-program.ubj.gz"
+"""The program surrogate (:func:`program_rows`), in the same format."""
 CALIBRATION = "surrogate-calibration.json"
 """The :class:`Calibration` beside the model, where there is one."""
 QUANTILES = 101
@@ -140,6 +151,18 @@ def workload_rows(w: WorkloadData) -> tuple[np.ndarray, np.ndarray]:
     with np.errstate(divide="ignore"):
         y = np.maximum(np.log2(w.best / w.latency), FLOOR)
     return x, np.where(np.isfinite(y), y, FLOOR).astype(np.float32)
+
+
+def program_rows(w: WorkloadData) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`workload_rows` with each program's feature summary appended to its point."""
+    x, y = workload_rows(w)
+    return (np.concatenate([x, w.features], axis=1) if len(y) else x), y
+
+
+def program_input(point: np.ndarray, features: Sequence[int]) -> np.ndarray:
+    """A program surrogate's row from a point's row and the program's stored feature
+    summary (``altenv.costmodel.feature_bytes``)."""
+    return np.concatenate([point, np.asarray(features, dtype=np.float32) / 255.0])
 
 
 class TreeEnsemble:
@@ -289,15 +312,16 @@ class Surrogate:
         os.replace(tmp, path)
 
     @classmethod
-    def load(cls, path: str | Path) -> Surrogate:
-        """The model at ``path``, with the :class:`Calibration` beside it if there is one."""
+    def load(cls, path: str | Path, calibrated: bool = True) -> Surrogate:
+        """The model at ``path``, with the :class:`Calibration` beside it if there is one
+        and ``calibrated`` (the calibration is the point surrogate's)."""
         path = Path(path)
         booster = xgb.Booster()
         booster.load_model(bytearray(gzip.decompress(path.read_bytes())))
         booster.set_param({"nthread": 1})
         beside = path.with_name(CALIBRATION)
         calibration = (Calibration.from_json(json.loads(beside.read_text()))
-                       if beside.is_file() else None)
+                       if calibrated and beside.is_file() else None)
         return cls(booster, calibration)
 
 
@@ -319,15 +343,19 @@ class Accuracy:
     recall: float
 
 
-def evaluate(data: Dataset, holdout: float = 0.2, seed: int = 0, rounds: int = ROUNDS
-             ) -> tuple[list[Accuracy], Surrogate]:
+Rows = Callable[[WorkloadData], tuple[np.ndarray, np.ndarray]]
+
+
+def evaluate(data: Dataset, holdout: float = 0.2, seed: int = 0, rounds: int = ROUNDS,
+             rows: Rows = workload_rows) -> tuple[list[Accuracy], Surrogate]:
     """Fit on ``1 - holdout`` of every workload's valid programs and measure, per workload,
     the Spearman correlation and top-8 recall of the held-out rest; then the surrogate
-    fitted on everything (what a replay uses)."""
+    fitted on everything (what a replay uses). ``rows``: the point surrogate's inputs
+    (:func:`workload_rows`) or the program surrogate's (:func:`program_rows`)."""
     rng = np.random.default_rng(seed)
     train, test = [], []
     for w in data:
-        x, y = workload_rows(w)
+        x, y = rows(w)
         ok = np.flatnonzero(np.isfinite(w.latency))
         held = rng.random(len(y)) < holdout
         train.append((x[~held], y[~held]))
@@ -337,7 +365,7 @@ def evaluate(data: Dataset, holdout: float = 0.2, seed: int = 0, rounds: int = R
     scores = [Accuracy(name, len(y), spearman(y, model.predict(x)),
                        top_recall(y, model.predict(x)))
               for name, x, y in test if len(y) >= 2]
-    full = Surrogate.fit((workload_rows(w) for w in data), seed, rounds)
+    full = Surrogate.fit((rows(w) for w in data), seed, rounds)
     return scores, full
 
 
@@ -380,6 +408,13 @@ def load_or_fit(data: Dataset, seed: int = 0) -> Surrogate:
     if path.is_file():
         return Surrogate.load(path)
     return Surrogate.fit((workload_rows(w) for w in data), seed)  # uncalibrated
+
+
+def load_program(data: Dataset) -> Surrogate | None:
+    """The dataset's saved program surrogate, if it has one (``dataset surrogate`` fits
+    it beside the point surrogate)."""
+    path = data.path / PROGRAM_FILE
+    return Surrogate.load(path, calibrated=False) if path.is_file() else None
 
 
 def card_entry(scores: Sequence[Accuracy], holdout: float, seed: int) -> dict[str, Any]:

@@ -32,6 +32,10 @@ class ProgramPoint:
     encoding: tuple[float, ...]
     subspaces: tuple[dict, ...] = ()
     """The loop space's ``LoopSpace.describe()`` (what a surrogate reads the point with)."""
+    features: tuple[int, ...] = ()
+    """The program's feature summary as a dataset stores it
+    (``altenv.costmodel.feature_bytes``); given where the measurer asks for it
+    (``reads_features``), for a surrogate that reads programs."""
 
 
 @dataclass

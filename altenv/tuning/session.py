@@ -9,6 +9,7 @@ and are never measured again.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 import time
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 from tvm.s_tir import Schedule
 
-from ..costmodel import CostModel, extract_features
+from ..costmodel import CostModel, extract_features, feature_bytes
 from ..errors import NothingMeasuredError
 from ..measure import MeasureCandidate, Measurer, ProgramPoint
 from ..ops.operators import operator_for
@@ -224,8 +225,22 @@ class TuningSession:
             feats = self._features(factors, [c for c, _ in ok])
             self.cost_model.update(self.task.key, feats, [lat for _, lat in ok])
 
-    def _point(self, candidate: Candidate) -> ProgramPoint:
-        return program_point(self.task, candidate)
+    def _points(self, candidates: Sequence[Candidate]) -> list[ProgramPoint]:
+        """The candidates' :class:`ProgramPoint`, with their programs' features where the
+        measurer reads them (``reads_features``: a replay whose surrogate reads programs;
+        the features come from the cache the cost model fills)."""
+        points = [program_point(self.task, c) for c in candidates]
+        if not getattr(self.measurer, "reads_features", False):
+            return points
+        by_layout: dict[Factors, list[int]] = defaultdict(list)
+        for i, cand in enumerate(candidates):
+            by_layout[cand.factors].append(i)
+        for factors, rows in by_layout.items():
+            feats = self._features(factors, [candidates[i] for i in rows])
+            for i, feat in zip(rows, feats, strict=True):
+                points[i] = dataclasses.replace(
+                    points[i], features=tuple(int(v) for v in feature_bytes(feat)))
+        return points
 
     def _key(self, candidate: Candidate, schedule: Schedule) -> str:
         space = self.task.space(candidate.factors)
@@ -253,8 +268,8 @@ class TuningSession:
             return None
         schedules = [self.schedule(c) for c in top]
         start = time.perf_counter()
-        results = self.measurer.retime([MeasureCandidate(s.mod, point=self._point(c))
-                                        for c, s in zip(top, schedules)], rounds, cold)
+        results = self.measurer.retime([MeasureCandidate(s.mod, point=p) for s, p in
+                                        zip(schedules, self._points(top))], rounds, cold)
         self.seconds["finalists"] += time.perf_counter() - start
         latencies = [statistics.median(r.median for r in rs) for rs in results]
         return self.db.add_final(Final(self.task.key, [self._key(c, s) for c, s in
@@ -331,8 +346,8 @@ class TuningSession:
         schedules = [self.schedule(c) for c in candidates]
         checks = {f: self.task.check(f) for f in {c.factors for c in candidates}} \
             if self.check else {}
-        inputs = [MeasureCandidate(s.mod, checks.get(c.factors), self._point(c)) for c, s in
-                  zip(candidates, schedules)]
+        inputs = [MeasureCandidate(s.mod, checks.get(c.factors), p) for c, s, p in
+                  zip(candidates, schedules, self._points(candidates))]
         start = time.perf_counter()
         results = self.measurer.measure(inputs)
         self.seconds["measure_wall"] += time.perf_counter() - start
