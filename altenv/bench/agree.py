@@ -27,7 +27,6 @@ agent) cell the ratio is the median over seeds. Reported:
 from __future__ import annotations
 
 import csv
-import dataclasses
 import json
 import math
 import statistics
@@ -39,7 +38,7 @@ from typing import Any
 import numpy as np
 from scipy.stats import kendalltau
 
-from ..costmodel import extract_features, feature_bytes
+from ..costmodel import extract_features
 from ..dataset import Dataset
 from ..dataset.measurer import ReplayMeasurer
 from ..dataset.surrogate import Surrogate
@@ -47,7 +46,7 @@ from ..measure import ProgramPoint
 from ..records import RecordDB
 from ..space.loop_space import StaleRecordError
 from ..training.ranking import spearman
-from ..tuning.session import program_point
+from ..tuning.session import program_point, with_features
 from ..tuning.task import Candidate, Factors, OpTask, freeze
 from .report import geomean, rows_of
 
@@ -160,8 +159,7 @@ def _trials(task: OpTask, records: Path, features: bool
         programs = [program_point(task, c) for c, _ in trials]
         if features:
             feats = extract_features(space.context, [space.decode(c.point) for c, _ in trials])
-            programs = [dataclasses.replace(p, features=tuple(int(v) for v in feature_bytes(f)))
-                        for p, f in zip(programs, feats, strict=True)]
+            programs = [with_features(p, f) for p, f in zip(programs, feats, strict=True)]
         out += [(p, median) for p, (_, median) in zip(programs, trials)]
     return out
 

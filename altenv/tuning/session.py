@@ -78,6 +78,12 @@ def program_point(task: OpTask, candidate: Candidate) -> ProgramPoint:
                         tuple(space.describe()))
 
 
+def with_features(point: ProgramPoint, features: np.ndarray) -> ProgramPoint:
+    """``point`` carrying its program's per-store ``features`` as a dataset stores them
+    (what a replay's program surrogate reads)."""
+    return dataclasses.replace(point, features=tuple(int(v) for v in feature_bytes(features)))
+
+
 class TuningSession:
     """Measurement, records and cost model of one :class:`OpTask`.
 
@@ -238,8 +244,7 @@ class TuningSession:
         for factors, rows in by_layout.items():
             feats = self._features(factors, [candidates[i] for i in rows])
             for i, feat in zip(rows, feats, strict=True):
-                points[i] = dataclasses.replace(
-                    points[i], features=tuple(int(v) for v in feature_bytes(feat)))
+                points[i] = with_features(points[i], feat)
         return points
 
     def _key(self, candidate: Candidate, schedule: Schedule) -> str:
