@@ -228,6 +228,27 @@ def test_a_wall_clock_budget_stops_the_trials_and_a_resume_goes_on(measurer, tmp
     assert split == pytest.approx({k: v / 8 for k, v in session.seconds.items()})
 
 
+@pytest.mark.slow
+def test_an_agent_that_drives_the_session_itself_has_its_own_time_counted_as_search(
+        measurer, tmp_path):
+    """Agents that override ``run`` (SB3 policies learning between batches) have their
+    work outside the cost model and the measurements in the ``search`` part of the split,
+    as the default loop's proposals are."""
+    import time
+
+    class Pondering(agents.agent_class("random")):
+        def run(self, session, budget, batch, top_k, report):
+            time.sleep(0.2)  # a policy update between batches, say
+            super().run(session, budget, batch, top_k, report)
+
+    session = TuningSession(OpTask("gmm:M=16,N=16,K=16"), measurer,
+                            RecordDB(tmp_path / "records.jsonl"))
+    tune(session, Pondering(RandomOptions(seed=1)), Budget.split(4), top_k=4,
+         progress=False, finalists=0)
+    assert session.trials == 4 and session.seconds["measure_wall"] > 0
+    assert session.seconds["search"] >= 0.2
+
+
 def test_a_deadline_keeps_time_for_the_finalists_builds_and_runs():
     """Trials fit at the session's pace after the finalists' builds (on the builders at
     once) and re-timing runs, each at the mean of the session's trials."""
