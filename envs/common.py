@@ -17,8 +17,10 @@ from __future__ import annotations
 import math
 import shutil
 import tempfile
+import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -224,9 +226,22 @@ class Backend:
         return self._session
 
     # ------------------------------------------------------------------ evaluation
+    @contextmanager
+    def _cost_model_time(self) -> Iterator[None]:
+        """Charge the time of features and predictions to the session's ``cost_model``
+        seconds, as the session charges its own: a run's time split names them the same
+        whether the agent ranks through the session or steps an env (``ppo``)."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            if self._session is not None:
+                self._session.seconds["cost_model"] += time.perf_counter() - start
+
     def features(self, space: LoopSpace, points: Sequence[LoopPoint]) -> list[np.ndarray]:
         """Per-store features of valid points (``altenv.costmodel.extract_features``)."""
-        return extract_features(space.context, [space.decode(p) for p in points])
+        with self._cost_model_time():
+            return extract_features(space.context, [space.decode(p) for p in points])
 
     def scores(self, candidates: Sequence[Candidate], features: Sequence[np.ndarray],
                rng: np.random.Generator) -> np.ndarray:
@@ -234,7 +249,8 @@ class Backend:
         trained its scores are uniform random; they are drawn from ``rng`` so a seeded
         env stays deterministic (a warning, unless a session's measurements will train it)."""
         if self.cost_model.is_trained:
-            scores = np.asarray(self.cost_model.predict(features), dtype=np.float64)
+            with self._cost_model_time():
+                scores = np.asarray(self.cost_model.predict(features), dtype=np.float64)
         else:
             if not self.measures and self._session is None and not self._warned:
                 warnings.warn("altenv env: the cost model is untrained (no pretrained model "

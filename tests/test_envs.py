@@ -192,6 +192,22 @@ def test_untrained_cost_model_warns_and_stays_seeded(tasks, tmp_path):
     session.db.close()
 
 
+def test_an_env_on_a_session_charges_its_features_and_predictions_to_the_cost_model(
+        tasks, cost_model, tmp_path):
+    """An agent that steps an env (``ppo``) has its rankings in the ``cost_model`` part of
+    the run's time split, as the session's own predictions are, not in ``search``."""
+    session = TuningSession(tasks[GMM], measurer=None, db=RecordDB(tmp_path / "r.jsonl"),
+                            cost_model=cost_model)
+    env = envs.LoopTuningEnv(reward_source="cost_model", batch=8, episode_length=3,
+                             session=session)
+    before = session.seconds["cost_model"]  # reading back the (empty) records
+    rollout(env, seed=0)
+    assert session.seconds["cost_model"] > before
+    assert session.seconds["measure_wall"] == session.seconds["search"] == 0
+    env.close()
+    session.db.close()
+
+
 def test_argument_errors(tasks, cost_model):
     with pytest.raises(ValueError, match="reward_source"):
         envs.LoopTuningEnv(tasks[GMM], reward_source="latency")

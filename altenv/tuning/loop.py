@@ -83,10 +83,10 @@ def tune(session: TuningSession, agent: Agent, budget: Budget, batch: int = 128,
 def _run_timed(session: TuningSession, agent: Agent, budget: Budget, batch: int, top_k: int,
                report: Callable[[TuningSession], None]) -> None:
     """``agent.run``, its time counted as the session's ``search`` less what the session
-    counted as cost model, measurement and finalists meanwhile: whatever else an agent
-    does (proposing, choosing, a policy's updates, schedules and checks of what it
-    measures) is the search's own cost, however the agent drives the session."""
-    named = ("cost_model", "measure_wall", "finalists")
+    counted as cost model and measurement meanwhile: whatever else an agent does
+    (proposing, choosing, a policy's updates, schedules and checks of what it measures)
+    is the search's own cost, however the agent drives the session."""
+    named = ("cost_model", "measure_wall")
     start, before = time.perf_counter(), sum(session.seconds[k] for k in named)
     try:
         agent.run(session, budget, batch=batch, top_k=top_k, report=report)
