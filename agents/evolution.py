@@ -41,6 +41,13 @@ strategy in place of random batches:
   cross-workload model (the one the ``ppo`` agent starts from): every layout's first batch
   is then ranked by what other workloads taught, not by a model that has seen none of its
   points.
+- ``layout_prior`` names a ``ppo`` policy (e.g. one trained on a measured-program
+  dataset) whose layout actor proposes initial layouts: a policy trained on replayed
+  measurements knows layouts that run fast on the host, but acting alone it plays one
+  layout per workload and never tries another (``heldout`` c2d_2's three output channels,
+  where its channel blocking ran 3x slower than the unblocked layout ``evolution`` kept).
+  Here its picks are entrants beside the default and the blocked layout, judged by the
+  race as any other.
 - At large budgets the winner's loop search stalls (on held-out dep_1 and gmm_1 at 1000
   trials altenv's best stopped improving near trials 450 and 421 and the rest went to the
   same layout). With ``stall_trials`` set, once that many trials after the race bring no
@@ -54,6 +61,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -66,7 +74,7 @@ from altenv.tuning.task import Candidate, Factors, freeze
 
 from . import layout_bandit
 from .base import Agent, register
-from .options import EvolutionOptions
+from .options import EvolutionOptions, PPOOptions
 
 
 @register("evolution")
@@ -100,6 +108,9 @@ class EvolutionAgent(Agent):
             o.layout_choice, o.framework_share, o.bandit_exploration)
         self.diversity = o.diversity
         self.stall_trials, self.revisit_trials = o.stall_trials, o.revisit_trials
+        self.layout_prior, self.prior_layouts = o.layout_prior, o.prior_layouts
+        self._prior: Any = None  # the layout_prior's PPOAgent, made on first use
+        self.seed = o.seed
         self._task: str | None = None
         self._budget: Budget | None = None
         self._top_k = 0
@@ -179,6 +190,9 @@ class EvolutionAgent(Agent):
         blocked = session.task.blocked_factors(model.hardware.lanes())
         if blocked is not None and model.holds(model.genes_of(dict(blocked))):
             layouts.setdefault(blocked)
+        for factors in self._prior_layouts(session):
+            if model.holds(model.genes_of(dict(factors))):
+                layouts.setdefault(factors)
         if self.layout_draws == "actions":
             for _ in range(self.DRAW_TRIES * n):
                 if len(layouts) >= n:
@@ -191,6 +205,17 @@ class EvolutionAgent(Agent):
         drawn = list(layouts)[:n]
         self._blocked = blocked if blocked in drawn[1:] else None
         return drawn
+
+    def _prior_layouts(self, session: TuningSession) -> list[Factors]:
+        """The ``layout_prior`` policy's picks for the task (none without one)."""
+        if self.layout_prior is None:
+            return []
+        if self._prior is None:
+            from .ppo import PPOAgent  # stable-baselines3 and torch: only with a prior
+
+            self._prior = PPOAgent(PPOOptions(checkpoint=self.layout_prior, seed=self.seed,
+                                              learn=False))
+        return self._prior.layouts(session, self.prior_layouts, seed=self.seed)
 
     def _layout(self, session: TuningSession, joint: bool) -> Factors:
         """The layout of the next batch. Loop-only stage: the best. Joint stage: first

@@ -124,6 +124,25 @@ class EvolutionOptions(AgentOptions):
     # <run>/checkpoint). Trees fitted to the run's records are added to it once it has
     # base_warmup (32) of them.
     cost_model: str | None = None
+    # A ppo policy whose layout actor proposes initial layouts (agents.ppo.PPOAgent.layouts,
+    # nothing measured): a checkpoint directory (PPOAgent.save, altenv train's publish) or
+    # "pretrained" (the shipped one for the run's CPU). Its prior_layouts picks (the most
+    # probable first) join the initial layouts right after the default and the blocked one,
+    # in place of solver draws; the race then judges them as any other. None: no prior.
+    layout_prior: str | None = None
+    prior_layouts: AtLeastOne = 1
+
+    @field_validator("layout_prior")
+    @classmethod
+    def _policy_found(cls, value: str | None) -> str | None:
+        if value is None or value == PRETRAINED:
+            return value
+        from .checkpoint import has_policy  # imports torch: only for a directory of one's own
+
+        if not has_policy(value):
+            raise ValueError(f"must be null, {PRETRAINED!r} or a checkpoint directory "
+                             "holding a policy (policy.npz and policy.json)")
+        return value
 
     @field_validator("cost_model")
     @classmethod

@@ -42,8 +42,15 @@ from altenv.space.constraints import Hardware
 from altenv.tuning.budget import Budget
 from altenv.tuning.loop import propose_and_measure
 from altenv.tuning.session import TuningSession
-from altenv.tuning.task import Candidate, Factors
-from envs.cross import ACTION_NVEC, OBS_SIZE, PHASE, CrossExplorationEnv
+from altenv.tuning.task import Candidate, Factors, freeze
+from envs.cross import (
+    ACTION_NVEC,
+    OBS_SIZE,
+    PHASE,
+    SLOTS,
+    CrossExplorationEnv,
+    factors_from_bins,
+)
 
 from .base import Agent, register
 from .checkpoint import check_policy, has_policy, load_policy, save_policy
@@ -57,6 +64,8 @@ ACTIVATIONS = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU, "elu": torch.nn.ELU
 DEFAULT_POLICY_KWARGS: dict[str, Any] = {"net_arch": {"pi": [256, 128], "vf": [256, 128]}}
 ZERO_SHOT_BATCH = 32
 """Loop points sampled per round in zero-shot search."""
+LAYOUT_DRAWS = 10
+"""Draws of the layout heads per distinct layout wanted (:meth:`PPOAgent.layouts`)."""
 
 
 class _UntilBudget(BaseCallback):
@@ -241,13 +250,18 @@ class PPOAgent(Agent):
             self.updates["pretrain"] = int(loaded.get("updates", 0))
         return self.model
 
-    def setup(self, session: TuningSession) -> None:
-        """Start the session's cost model from the checkpoint's cross-workload model (the
-        shipped checkpoint for the session's target, unless the policy is already made)."""
+    def _shipped_for(self, session: TuningSession) -> None:
+        """With the shipped checkpoint, the one for the session's target (until the policy
+        is made)."""
         if self.shipped and self.model is None:
             chosen = self._checkpoint_dir(PRETRAINED, session.task.target)
             if chosen != self.checkpoint:
                 self._use_checkpoint(chosen)
+
+    def setup(self, session: TuningSession) -> None:
+        """Start the session's cost model from the checkpoint's cross-workload model (the
+        shipped checkpoint for the session's target, unless the policy is already made)."""
+        self._shipped_for(session)
         if self.checkpoint is None or self.base is None:
             return
         key = str(self.checkpoint)
@@ -376,6 +390,30 @@ class PPOAgent(Agent):
         session.measure(chosen)
         report(session)
         return chosen
+
+    def layouts(self, session: TuningSession, n: int, seed: int = 0) -> list[Factors]:
+        """Up to ``n`` distinct layouts the layout actor picks for the session's task at an
+        episode's first step: its most probable choice first, then its draws (the layout
+        heads' choices projected onto the layout constraints, as a visit's). Nothing is
+        measured and the session's cost model is left as it is."""
+        self._shipped_for(session)
+        env = self._env(session, ZERO_SHOT_BATCH, 1, None, reward_source="cost_model")
+        try:
+            model = self.model_for(env)
+            obs, _ = env.reset(seed=seed)
+            masks = env.action_masks()
+            picks: dict[Factors, None] = {}
+            for i in range(LAYOUT_DRAWS * n):
+                if len(picks) >= n:
+                    break
+                action, _ = model.predict(obs, action_masks=masks, deterministic=i == 0)
+                factors = factors_from_bins(env.template, action[:len(SLOTS)])
+                if env.layout_constraints is not None:
+                    factors = env.layout_constraints.nearest(factors)
+                picks.setdefault(freeze(dict(factors)))
+            return list(picks)
+        finally:
+            env.close()
 
     def propose(self, session: TuningSession, n: int, layout: Factors | None
                 ) -> list[Candidate]:

@@ -495,3 +495,52 @@ def test_a_measured_batch_is_spread_over_the_ranking():
     assert spread([a, a2, b, c], 3, 1) == [a, a2, b]  # 1: plain top-k
     with pytest.raises(ValueError, match="diversity"):
         agents.create("evolution", diversity=0)
+
+
+def _policy_playing(task, factors, path):
+    """A ``ppo`` checkpoint in ``path`` whose layout heads pick ``factors`` on ``task``."""
+    import torch
+
+    from agents.ppo import PPOAgent
+    from agents.options import PPOOptions
+    from envs.cross import BINS, SLOTS, CrossExplorationEnv, bin_choices
+
+    prior = PPOAgent(PPOOptions(checkpoint=None))
+    env = CrossExplorationEnv(task, reward_source="cost_model")
+    net = prior.model_for(env).policy.action_net
+    bias = torch.full_like(net.bias, -20.0)
+    left: dict[str, int] = {}
+    for knob in task.template.knobs:  # the bin of each knob's factor, outer levels last
+        key = knob.name.rstrip("0123456789")
+        extent = left.get(key, knob.extent)
+        bias[SLOTS.index(knob.name) * BINS + bin_choices(extent).index(factors[knob.name])] = 20
+        left[key] = extent // factors[knob.name]
+    with torch.no_grad():
+        net.weight.zero_()
+        net.bias.copy_(bias)
+    env.close()
+    prior.save(path)
+    return str(path)
+
+
+def test_a_layout_prior_policy_puts_its_layout_among_the_initial_ones(tmp_path):
+    """``layout_prior``: the policy's layout is measured in the joint stage right after the
+    default and the blocked layout, in place of a solver draw, and then judged as any other."""
+    task = OpTask(C2D)
+    model = LayoutConstraints(task.template, Hardware.of(task.target))
+    blocked = task.blocked_factors(model.hardware.lanes())
+    with RecordDB(tmp_path / "plain.jsonl") as db:
+        _, plain = _tune(task, db, Budget(16, 8))
+    drawn = [f for f in (freeze(model.factors(g)) for g in model.sample(64, np.random.default_rng(3)))
+             if f not in plain._initial and f != blocked]
+    wanted = dict(drawn[0])  # a layout the run without the prior did not measure
+    checkpoint = _policy_playing(task, wanted, tmp_path / "prior")
+    with RecordDB(tmp_path / "prior.jsonl") as db:
+        session, agent = _tune(task, db, Budget(16, 8), layout_prior=checkpoint)
+        assert agent._initial[:3] == [task.default_factors(), blocked, freeze(wanted)]
+        assert len(agent._initial) == len(plain._initial)
+        measured = {freeze(r.layouts["factors"]) for r in db.records(task.key)[:16]}
+        assert freeze(wanted) in measured
+    with pytest.raises(ValueError, match="evolution option layout_prior: must be null, "
+                                         "'pretrained' or a checkpoint directory holding a policy"):
+        agents.create("evolution", layout_prior=str(tmp_path / "plain.jsonl"))
