@@ -501,8 +501,8 @@ def _policy_playing(task, factors, path):
     """A ``ppo`` checkpoint in ``path`` whose layout heads pick ``factors`` on ``task``."""
     import torch
 
-    from agents.ppo import PPOAgent
     from agents.options import PPOOptions
+    from agents.ppo import PPOAgent
     from envs.cross import BINS, SLOTS, CrossExplorationEnv, bin_choices
 
     prior = PPOAgent(PPOOptions(checkpoint=None))
@@ -531,7 +531,8 @@ def test_a_layout_prior_policy_puts_its_layout_among_the_initial_ones(tmp_path):
     blocked = task.blocked_factors(model.hardware.lanes())
     with RecordDB(tmp_path / "plain.jsonl") as db:
         _, plain = _tune(task, db, Budget(16, 8))
-    drawn = [f for f in (freeze(model.factors(g)) for g in model.sample(64, np.random.default_rng(3)))
+    solutions = model.sample(64, np.random.default_rng(3))
+    drawn = [f for f in (freeze(model.factors(g)) for g in solutions)
              if f not in plain._initial and f != blocked]
     wanted = dict(drawn[0])  # a layout the run without the prior did not measure
     checkpoint = _policy_playing(task, wanted, tmp_path / "prior")
