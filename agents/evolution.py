@@ -59,6 +59,7 @@ strategy in place of random batches:
 from __future__ import annotations
 
 import math
+import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -207,12 +208,21 @@ class EvolutionAgent(Agent):
         return drawn
 
     def _prior_layouts(self, session: TuningSession) -> list[Factors]:
-        """The ``layout_prior`` policy's picks for the task (none without one)."""
+        """The ``layout_prior`` policy's picks for the task (none without one, or for a
+        template its layout heads cannot express: an intrinsic mapping's)."""
         if self.layout_prior is None:
             return []
-        if self._prior is None:
-            from .ppo import PPOAgent  # stable-baselines3 and torch: only with a prior
+        from envs.cross import check_template
 
+        from .ppo import PPOAgent  # stable-baselines3 and torch: only with a prior
+
+        try:
+            check_template(session.task.template)
+        except ValueError as err:
+            warnings.warn(f"evolution: layout_prior skipped on {session.task.key}: {err}",
+                          stacklevel=2)
+            return []
+        if self._prior is None:
             self._prior = PPOAgent(PPOOptions(checkpoint=self.layout_prior, seed=self.seed,
                                               learn=False))
         return self._prior.layouts(session, self.prior_layouts, seed=self.seed)

@@ -451,6 +451,12 @@ def test_bench_offline_runs_bench_ops_cells_on_the_replay(collected, tmp_path, c
     assert all(float(r["regret"]) >= -1e-9 and int(r["trials"]) == 4 for r in rows)
     records = RecordDB(out / "b4" / "gmm-000" / "random-seed0" / "records.jsonl")
     assert records.count() == 4  # bench ops' own cell, its records
+    # the layouts the cell measured, and its best program's
+    measured = [r for r in records.records() if math.isfinite(r.median)]
+    best = min(measured, key=lambda r: r.median).layouts["factors"]
+    assert int(rows[0]["layouts"]) == len({tuple(sorted(r.layouts["factors"].items()))
+                                           for r in records.records()})
+    assert rows[0]["best_layout"] == " ".join(f"{k}={v}" for k, v in best.items())
     assert main(["bench", "offline", "--dataset", str(collected.path), "--tuners",
                  "metaschedule", "--output", str(out)]) == 2
     assert "metaschedule has no replay" in capsys.readouterr().err

@@ -545,3 +545,23 @@ def test_a_layout_prior_policy_puts_its_layout_among_the_initial_ones(tmp_path):
     with pytest.raises(ValueError, match="evolution option layout_prior: must be null, "
                                          "'pretrained' or a checkpoint directory holding a policy"):
         agents.create("evolution", layout_prior=str(tmp_path / "plain.jsonl"))
+
+
+def test_a_layout_prior_is_skipped_with_a_warning_where_its_heads_cannot_express_the_layout(
+        tmp_path):
+    """An intrinsic mapping's template (knobs the layout heads do not have) gets no prior,
+    and the run goes on with the solver's layouts."""
+    import tvm
+
+    from altenv.target import make_target
+
+    if not tvm.target.codegen.target_has_features("avx2", make_target(None)):
+        pytest.skip("the CPU has no AVX2 (no intrinsic mapping)")
+    task = OpTask(C2D + ",dtype=int8", mapping="amos")
+    checkpoint = _policy_playing(OpTask(C2D), dict(OpTask(C2D).default_factors()),
+                                 tmp_path / "prior")
+    agent = agents.create("evolution", layout_prior=checkpoint)
+    with RecordDB(tmp_path / "r.jsonl") as db:
+        session = TuningSession(task, SyntheticMeasurer(), db, check=False)
+        with pytest.warns(UserWarning, match="layout_prior skipped on .*intrinsic mappings"):
+            assert agent._prior_layouts(session) == []

@@ -66,21 +66,27 @@ def offline_suite(data: Dataset, tuners: Sequence[str], seeds: int, pattern: str
                       workloads=[OpEntry(name=n, spec=data.spec_of(n)) for n in names])
 
 
-def cell_regret(measurer: ReplayMeasurer, entry: OpEntry, path: Path) -> float:
-    """Regret of a finished cell (module docstring)."""
+def cell_regret(measurer: ReplayMeasurer, entry: OpEntry, path: Path
+                ) -> tuple[float, int, str]:
+    """Regret of a finished cell (module docstring), how many layouts it measured, and the
+    layout of the program it reports (``knob=factor`` pairs): a search that loses on a
+    workload has most often judged, or never tried, the layout that wins."""
     replay = measurer.workload(str(entry.spec))
-    best_measured, value = math.inf, math.inf
+    best_measured, value, best_layout = math.inf, math.inf, ""
+    layouts: set[tuple[tuple[str, int], ...]] = set()
     with RecordDB(path / "records.jsonl") as db:
         for record in db.records():
+            factors = {k: int(v) for k, v in record.layouts["factors"].items()}
+            layouts.add(tuple(sorted(factors.items())))
             if record.median >= best_measured:
                 continue
             best_measured = record.median
-            layout = replay.layout_of({k: int(v) for k, v in
-                                       record.layouts["factors"].items()})
+            best_layout = " ".join(f"{k}={v}" for k, v in factors.items())
+            layout = replay.layout_of(factors)
             row = None if layout is None else layout.points.get(
                 layout.canonical(layout.split(tuple(record.decisions))))
             value = float(replay.data.latency[row]) if row is not None else record.median
-    return value / replay.best - 1.0
+    return value / replay.best - 1.0, len(layouts), best_layout
 
 
 def run_offline(data: Dataset, tuners: Sequence[str], seeds: int, budgets: Sequence[int],
@@ -88,8 +94,9 @@ def run_offline(data: Dataset, tuners: Sequence[str], seeds: int, budgets: Seque
                 agents: dict[str, AgentConfig] | None = None, progress: bool = False,
                 jobs: int = 1) -> list[dict[str, Any]]:
     """Tune every (workload, tuner, seed, budget) cell not finished yet under ``output``;
-    one row per cell (its regret, trials, seconds, and how many of its trials the dataset
-    answered by replay), also written to ``output/results.csv``. With ``jobs`` > 1 the
+    one row per cell (its regret, trials, seconds, how many of its trials the dataset
+    answered by replay, how many layouts it measured and the layout of its best), also
+    written to ``output/results.csv``. With ``jobs`` > 1 the
     cells run in that many processes at once (a replayed cell times nothing, so cells
     side by side do not disturb each other's results, only their own ``seconds``)."""
     suite = offline_suite(data, tuners, seeds, pattern, agents)
@@ -123,10 +130,13 @@ def _cell_row(data: Dataset, surrogates: Surrogates, suite: BenchSuite, entry: O
     start = time.perf_counter()
     summary = tune_cell(suite, entry, tuner, seed, out, budget, _Lend(measurer),
                         progress=progress)
+    regret, layouts, best_layout = cell_regret(measurer, entry,
+                                               cell_dir(out, entry, tuner, seed))
     return {"workload": entry.name, "tuner": tuner, "seed": seed, "budget": budget,
-            "regret": cell_regret(measurer, entry, cell_dir(out, entry, tuner, seed)),
-            "trials": summary["trials"], "tuning_seconds": summary["tuning_seconds"],
+            "regret": regret, "trials": summary["trials"],
+            "tuning_seconds": summary["tuning_seconds"],
             "replayed": measurer.replayed, "predicted": measurer.predicted,
+            "layouts": layouts, "best_layout": best_layout,
             "wall_seconds": time.perf_counter() - start}
 
 
