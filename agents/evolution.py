@@ -62,7 +62,7 @@ import math
 import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -76,6 +76,9 @@ from altenv.tuning.task import Candidate, Factors, freeze
 from . import layout_bandit
 from .base import Agent, register
 from .options import EvolutionOptions, PPOOptions
+
+if TYPE_CHECKING:
+    from .ppo import PPOAgent
 
 
 @register("evolution")
@@ -110,7 +113,7 @@ class EvolutionAgent(Agent):
         self.diversity = o.diversity
         self.stall_trials, self.revisit_trials = o.stall_trials, o.revisit_trials
         self.layout_prior, self.prior_layouts = o.layout_prior, o.prior_layouts
-        self._prior: Any = None  # the layout_prior's PPOAgent, made on first use
+        self._prior: PPOAgent | None = None  # the layout_prior's policy, made on first use
         self.seed = o.seed
         self._task: str | None = None
         self._budget: Budget | None = None

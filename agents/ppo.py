@@ -43,14 +43,7 @@ from altenv.tuning.budget import Budget
 from altenv.tuning.loop import propose_and_measure
 from altenv.tuning.session import TuningSession
 from altenv.tuning.task import Candidate, Factors, freeze
-from envs.cross import (
-    ACTION_NVEC,
-    OBS_SIZE,
-    PHASE,
-    SLOTS,
-    CrossExplorationEnv,
-    factors_from_bins,
-)
+from envs.cross import ACTION_NVEC, OBS_SIZE, PHASE, CrossExplorationEnv
 
 from .base import Agent, register
 from .checkpoint import check_policy, has_policy, load_policy, save_policy
@@ -407,10 +400,7 @@ class PPOAgent(Agent):
                 if len(picks) >= n:
                     break
                 action, _ = model.predict(obs, action_masks=masks, deterministic=i == 0)
-                factors = factors_from_bins(env.template, action[:len(SLOTS)])
-                if env.layout_constraints is not None:
-                    factors = env.layout_constraints.nearest(factors)
-                picks.setdefault(freeze(dict(factors)))
+                picks.setdefault(freeze(env.layout_of(action)))
             return list(picks)
         finally:
             env.close()

@@ -188,11 +188,7 @@ class CrossExplorationBase(gym.Env, ABC):
         action = checked_action(self.action_space, action, HEAD_NAMES)
         info: dict[str, Any] = {}
         if self.layout_phase:
-            factors = factors_from_bins(self.template, action[:len(SLOTS)])
-            constraints = self.layout_constraints
-            if constraints is not None:
-                factors = constraints.nearest(factors)
-            self._start_visit(factors, info)
+            self._start_visit(self.layout_of(action), info)
             reward = self._best  # the visit's first batch
         else:
             reward = self._walk(action[len(SLOTS):], info)
@@ -200,6 +196,13 @@ class CrossExplorationBase(gym.Env, ABC):
         info["score"] = self._score
         self._last = info
         return self._observe(), float(reward), False, truncated, info
+
+    def layout_of(self, action: np.ndarray) -> dict[str, int]:
+        """The factors a layout step's ``action`` chooses: its layout heads' bins, projected
+        onto the layout constraints where there are some."""
+        factors = factors_from_bins(self.template, action[:len(SLOTS)])
+        constraints = self.layout_constraints
+        return factors if constraints is None else constraints.nearest(factors)
 
     def action_masks(self) -> np.ndarray:
         """Flat bool mask over the heads (sb3-contrib's ``MaskablePPO``)."""
